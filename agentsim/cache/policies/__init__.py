@@ -1,0 +1,10 @@
+"""Registered eviction policies. Importing this package registers every built-in policy."""
+
+from agentsim.registry import Registry
+
+EVICTION_POLICIES: Registry = Registry("eviction policy")
+
+# Each module registers itself; keep one import per policy module.
+from agentsim.cache.policies import lru  # noqa: E402,F401
+
+__all__ = ["EVICTION_POLICIES"]

@@ -1,0 +1,21 @@
+"""LRU over radix leaves with path-touch (SGLang ``lru``; policies spec sections 1.6 and 3.1).
+
+Every match or insert stamps the whole root-to-leaf path with one timestamp, so a parent is
+never older than its children and evicting the oldest evictable leaf is global block LRU with
+ties broken deepest first, then by creation order.
+"""
+
+from __future__ import annotations
+
+from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.policy import KeyedLeafPolicy
+
+
+@EVICTION_POLICIES.register("lru")
+class LRU(KeyedLeafPolicy):
+    """Least recently used leaf first; ties deepest first, then oldest node."""
+
+    merge_runs = True
+
+    def key(self, node):
+        return (node.last_access_s, -node.end_block)

@@ -1,0 +1,126 @@
+"""The eviction-policy interface: policies decide, the cache accounts.
+
+The radix cache (:mod:`agentsim.cache.radix`) owns capacity, residency, pins and byte accounting.
+A policy only ranks: it is told about inserts, accesses, splits and removals, and when the
+cache must free space it asks :meth:`EvictionPolicy.pop_victim` for the next evictable leaf.
+The cache then trims blocks from that leaf's tail (a node holds a run of blocks with identical
+state, so trimming the tail of a leaf is exactly "evict its deepest blocks first").
+
+A node is *evictable* iff it is alive, resident, not the root, unpinned and has no children
+(the leaf rule keeps the resident set prefix-closed). Policies must only return evictable
+nodes; :meth:`RadixCache.is_evictable` answers the question.
+
+Adding a policy = one module in :mod:`agentsim.cache.policies` that subclasses
+:class:`EvictionPolicy` (or :class:`KeyedLeafPolicy` for a sort-key policy), declares a
+``Params`` pydantic model if it takes parameters, and registers itself with
+``@EVICTION_POLICIES.register("name")``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentsim.cache.radix import Node, RadixCache
+
+
+class EvictionPolicy:
+    """Base class: every hook is a no-op; subclasses override what they need."""
+
+    Params: ClassVar[type[BaseModel] | None] = None
+    #: True if a childless leaf may be extended in place by a later insert of the same owner.
+    #: Exact for policies whose per-block state is equal along a run after path-touch (LRU);
+    #: policies keyed on creation order or per-block frequency keep runs separate.
+    merge_runs: ClassVar[bool] = False
+    registered_name: ClassVar[str] = "?"
+
+    def __init__(self, params: BaseModel | None = None):
+        self.params = params if params is not None else (self.Params() if self.Params else None)
+        self.cache: RadixCache | None = None
+
+    def bind(self, cache: "RadixCache") -> None:
+        """Called once by the cache that owns this policy."""
+        self.cache = cache
+
+    # --- notifications (the cache calls these) -------------------------------------------
+    def on_insert(self, node: "Node", now_s: float) -> None:
+        """A new node (a run of freshly written blocks) joined the cache."""
+
+    def on_access(self, node: "Node", now_s: float) -> None:
+        """``node`` was on the path of a match or insert (path-touch); deepest node first."""
+
+    def on_candidate(self, node: "Node") -> None:
+        """``node`` may have become evictable (unpinned, or its last child left)."""
+
+    def on_split(self, upper: "Node", lower: "Node") -> None:
+        """A node was split; ``upper`` is the new node holding the first part of its blocks."""
+
+    def on_remove(self, node: "Node", blocks: int, reason: str) -> None:
+        """``blocks`` blocks of ``node`` (its tail, or all of it) left the cache."""
+
+    # --- the decision ------------------------------------------------------------------
+    def pop_victim(self, now_s: float) -> "Node | None":
+        """The next evictable leaf to trim, or None if nothing is evictable."""
+        raise NotImplementedError
+
+    def state_bytes(self) -> int:
+        """Metadata held by the policy (ghosts, sketches); reported, not charged to capacity."""
+        return 0
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.registered_name, "params": self.params.model_dump() if self.params else {}}
+
+
+class KeyedLeafPolicy(EvictionPolicy):
+    """A policy defined by a sort key over evictable leaves (smallest key evicted first).
+
+    Keeps a lazy min-heap: every time a node's key may have changed or it may have become
+    evictable, a fresh entry is pushed and the node's ``heap_version`` bumped; stale entries are
+    skipped when popped. This is O(log n) per change instead of SGLang's rebuild-per-eviction,
+    and exact for keys that only change on the notifications above (time-invariant keys).
+    """
+
+    def __init__(self, params: BaseModel | None = None):
+        super().__init__(params)
+        self._heap: list = []
+
+    def key(self, node: "Node") -> tuple:
+        """Sort key; ties are broken by the cache's node id (creation order) after this."""
+        raise NotImplementedError
+
+    def _push(self, node: "Node") -> None:
+        node.heap_version += 1
+        heapq.heappush(self._heap, (self.key(node), node.node_id, node.heap_version, node))
+
+    def _push_if_evictable(self, node: "Node") -> None:
+        if self.cache.is_evictable(node):
+            self._push(node)
+
+    def on_insert(self, node, now_s):
+        self._push_if_evictable(node)
+
+    def on_access(self, node, now_s):
+        self._push_if_evictable(node)
+
+    def on_candidate(self, node):
+        self._push_if_evictable(node)
+
+    def on_split(self, upper, lower):
+        self._push_if_evictable(upper)
+        self._push_if_evictable(lower)
+
+    def pop_victim(self, now_s):
+        heap = self._heap
+        is_evictable = self.cache.is_evictable
+        while heap:
+            _key, _node_id, version, node = heapq.heappop(heap)
+            if version == node.heap_version and is_evictable(node):
+                # Re-arm: the cache may trim only part of the node and keep it.
+                node.heap_version += 1
+                return node
+        if len(heap) == 0:
+            self._heap = []
+        return None

@@ -1,0 +1,261 @@
+"""Load a scenario YAML file into a validated :class:`~agentsim.config.scenario.Scenario`.
+
+Responsibilities (all I/O lives here, the models stay inert):
+* parse YAML while remembering the line of every key, so errors can name ``file: line N: path``;
+* apply ``--set path=value`` overrides (values parsed as YAML scalars);
+* fill hardware/model fields from named profiles (explicit fields win);
+* resolve ``{fit: FILE#quantity}`` distribution references relative to the scenario file;
+* turn pydantic errors into one :class:`~agentsim.errors.InputError` with a did-you-mean.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from agentsim.config.scenario import Scenario
+from agentsim.errors import InputError
+
+Path_ = tuple[str | int, ...]
+
+
+class _LineLoader(yaml.SafeLoader):
+    """A SafeLoader that records the line of every mapping key and sequence item."""
+
+
+def _compose_lines(text: str) -> dict[Path_, int]:
+    """Map YAML paths to 1-based line numbers by walking the composed node graph."""
+    lines: dict[Path_, int] = {}
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return lines
+
+    def walk(node, path: Path_):
+        lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = key_node.value
+                lines[path + (key,)] = key_node.start_mark.line + 1
+                walk(value_node, path + (key,))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                lines[path + (index,)] = item.start_mark.line + 1
+                walk(item, path + (index,))
+
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def read_yaml(path: Path) -> tuple[Any, dict[Path_, int]]:
+    """Parse a YAML file; return the data and the line map. Raises InputError on any problem."""
+    source = str(path)
+    if not path.exists():
+        raise InputError("file not found", source)
+    if path.is_dir():
+        raise InputError("is a directory, expected a YAML file", source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read file ({exc.__class__.__name__}: {exc})", source) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"YAML syntax error: {problem}", source, where) from None
+    if data is None:
+        raise InputError("file is empty", source)
+    return data, _compose_lines(text)
+
+
+def format_path(path: Path_) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``cache.eviction.name=s3fifo`` -> (["cache", "eviction", "name"], "s3fifo")."""
+    if "=" not in text:
+        raise InputError(f"--set expects PATH=VALUE, got {text!r}", "--set")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise InputError(f"--set has an empty path in {text!r}", "--set")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Return a copy of ``data`` with every ``PATH=VALUE`` override applied (creating mappings)."""
+    data = copy.deepcopy(data)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = data
+        for depth, part in enumerate(parts[:-1]):
+            if isinstance(node, list):
+                try:
+                    node = node[int(part)]
+                    continue
+                except (ValueError, IndexError):
+                    raise InputError(f"no list item {part!r} at {'.'.join(parts[:depth + 1])}", "--set") from None
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            elif not isinstance(nxt, (dict, list)):
+                raise InputError(f"{'.'.join(parts[:depth + 1])} is a value, not a section", "--set")
+            node = nxt
+        if isinstance(node, list):
+            try:
+                node[int(parts[-1])] = value
+            except (ValueError, IndexError):
+                raise InputError(f"no list item {parts[-1]!r} in {'.'.join(parts[:-1])}", "--set") from None
+        else:
+            node[parts[-1]] = value
+    return data
+
+
+def _model_at(path: Path_) -> type[BaseModel] | None:
+    """The pydantic model that owns the mapping at ``path`` (for did-you-mean on unknown keys)."""
+    model: Any = Scenario
+    for part in path:
+        if model is None:
+            return None
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if hasattr(model, "model_fields") else None
+        if field is None:
+            return None
+        model = _unwrap(field.annotation, part)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unwrap(annotation: Any, key: str) -> Any:
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if origin is dict:
+        return _DictOf(typing.get_args(annotation)[1])
+    for arg in typing.get_args(annotation):
+        found = _unwrap(arg, key)
+        if found is not None:
+            return found
+    return None
+
+
+class _DictOf:
+    def __init__(self, value_type):
+        self.value_type = value_type
+        self.model_fields = _AnyKey(value_type)
+
+
+class _AnyKey(dict):
+    def __init__(self, value_type):
+        super().__init__()
+        self.value_type = value_type
+
+    def get(self, key, default=None):
+        return _FakeField(self.value_type)
+
+
+class _FakeField:
+    def __init__(self, annotation):
+        self.annotation = annotation
+
+
+def _error_path(loc: tuple) -> Path_:
+    """Drop pydantic's union/discriminator tags (e.g. 'lognormal', 'function-before[...]')."""
+    out: list[str | int] = []
+    for part in loc:
+        if isinstance(part, str) and ("[" in part or part in _DIST_TAGS):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+_DIST_TAGS = {"constant", "exponential", "lognormal", "gamma", "weibull", "loglogistic", "pareto", "uniform", "empirical", "mixture", "fit"}
+
+
+def validation_error_to_input_error(exc: ValidationError, source: str, lines: dict[Path_, int]) -> InputError:
+    """The first error of a pydantic ValidationError as one readable InputError."""
+    error = exc.errors()[0]
+    path = _error_path(tuple(error["loc"]))
+    message = error["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    if error["type"] == "extra_forbidden":
+        key = path[-1]
+        owner = _model_at(path[:-1])
+        hint = ""
+        if owner is not None:
+            close = difflib.get_close_matches(str(key), list(owner.model_fields), n=1, cutoff=0.5)
+            if close:
+                hint = f" (did you mean {close[0]!r}?)"
+        message = f"unknown key {key!r}{hint}"
+    elif error["type"] == "missing":
+        message = f"missing required key {path[-1]!r}" if path else "missing required key"
+    elif error["type"] in ("union_tag_invalid",):
+        message = f"unknown distribution {error.get('input', {}).get('dist') if isinstance(error.get('input'), dict) else error.get('input')!r}; expected one of {error['ctx'].get('expected_tags')}"
+    elif "input" in error and not isinstance(error["input"], (dict, list)):
+        message = f"{message} (got {error['input']!r})"
+    line = None
+    probe = path
+    while probe and line is None:
+        line = lines.get(probe)
+        probe = probe[:-1]
+    location = format_path(path)
+    if line is not None:
+        location = f"line {line}: {location}"
+    return InputError(message, source, location)
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None, seed: int | None = None) -> Scenario:
+    """Read, override, resolve and validate a scenario. Raises InputError on any problem."""
+    path = Path(path)
+    data, lines = read_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError(f"a scenario must be a mapping of sections, got {type(data).__name__}", str(path), "line 1")
+    if overrides:
+        data = apply_overrides(data, overrides)
+    if seed is not None:
+        data["seed"] = seed
+    return scenario_from_dict(data, source=str(path), lines=lines, base_dir=path.parent)
+
+
+def scenario_from_dict(data: dict, source: str = "<scenario>", lines: dict[Path_, int] | None = None,
+                       base_dir: Path | None = None) -> Scenario:
+    """Validate an already-parsed scenario mapping (profiles and fit references are resolved)."""
+    from agentsim.config.policies_check import check_policies
+    from agentsim.config.resolve import resolve_fit_references, resolve_profiles
+
+    lines = lines or {}
+    data = resolve_profiles(copy.deepcopy(data), source, lines)
+    data = resolve_fit_references(data, base_dir or Path("."), source, lines)
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error_to_input_error(exc, source, lines) from None
+    check_policies(scenario, source, lines)
+    return scenario
+
+
+def scenario_to_yaml(scenario: Scenario) -> str:
+    """The resolved scenario (all defaults filled in, units in SI numbers) as YAML."""
+    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)

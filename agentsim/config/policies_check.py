@@ -1,0 +1,44 @@
+"""Check policy names and parameters in a validated scenario against the registries."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from agentsim.errors import InputError
+
+
+def _loc(lines: dict, path: tuple) -> str:
+    text = ".".join(str(p) for p in path)
+    probe = path
+    while probe:
+        if probe in lines:
+            return f"line {lines[probe]}: {text}"
+        probe = probe[:-1]
+    return text
+
+
+def check_policy_ref(ref, path: tuple, source: str, lines: dict) -> None:
+    """Raise InputError if ``ref.name`` is not registered or ``ref.params`` do not validate."""
+    from agentsim.cache.policies import EVICTION_POLICIES
+
+    if ref.name not in EVICTION_POLICIES:
+        raise InputError(EVICTION_POLICIES.unknown_message(ref.name), source, _loc(lines, path + ("name",)))
+    try:
+        EVICTION_POLICIES.validate_params(ref.name, ref.params)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        sub = tuple(error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            import difflib
+
+            model = EVICTION_POLICIES.params_model(ref.name)
+            close = difflib.get_close_matches(str(sub[-1]), list(model.model_fields), n=1, cutoff=0.5) if model else []
+            message = f"unknown parameter {sub[-1]!r} for policy {ref.name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+        raise InputError(message, source, _loc(lines, path + ("params",) + sub)) from None
+    except ValueError as exc:
+        raise InputError(str(exc), source, _loc(lines, path + ("params",))) from None
+
+
+def check_policies(scenario, source: str, lines: dict) -> None:
+    check_policy_ref(scenario.cache.eviction, ("cache", "eviction"), source, lines)

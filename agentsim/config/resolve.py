@@ -1,0 +1,108 @@
+"""Resolution steps run on the raw scenario mapping before validation.
+
+* :func:`resolve_profiles`: ``hardware.profile`` / ``model.profile`` name an entry in the packaged
+  catalogues (``agentsim/profiles/*.yaml``); its fields fill every key the scenario leaves out.
+* :func:`resolve_fit_references`: ``{fit: FILE.yaml#quantity}`` becomes the fitted distribution
+  spec stored in FILE (written by ``agentsim fit``), resolved relative to the scenario file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentsim.errors import InputError
+from agentsim.hardware.profiles import load_catalogue
+
+_SECTIONS = {"hardware": "hardware", "model": "models"}
+
+
+def _line(lines: dict, path: tuple) -> str:
+    probe = path
+    while probe:
+        if probe in lines:
+            return f"line {lines[probe]}: " + ".".join(str(p) for p in path)
+        probe = probe[:-1]
+    return ".".join(str(p) for p in path)
+
+
+def resolve_profiles(data: dict, source: str, lines: dict) -> dict:
+    for section, catalogue_name in _SECTIONS.items():
+        block = data.get(section)
+        if not isinstance(block, dict) or not block.get("profile"):
+            continue
+        name = block["profile"]
+        catalogue = load_catalogue(catalogue_name)
+        if name not in catalogue:
+            import difflib
+
+            close = difflib.get_close_matches(str(name), list(catalogue), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InputError(f"unknown {section} profile {name!r}{hint}; known: {', '.join(sorted(catalogue))}",
+                             source, _line(lines, (section, "profile")))
+        merged = {key: value for key, value in catalogue[name].items() if key != "sources"}
+        merged.update(block)
+        data[section] = merged
+    return data
+
+
+def _walk(node: Any, path: tuple):
+    if isinstance(node, dict):
+        yield path, node
+        for key, value in node.items():
+            yield from _walk(value, path + (key,))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _walk(value, path + (index,))
+
+
+_fit_cache: dict[Path, dict] = {}
+
+
+def load_fit_file(path: Path, source: str, location: str) -> dict:
+    path = path.resolve()
+    if path in _fit_cache:
+        return _fit_cache[path]
+    if not path.exists():
+        raise InputError(f"fit file {str(path)!r} not found", source, location)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"fit file {str(path)!r} is not valid YAML ({exc.__class__.__name__})", source, location) from None
+    if not isinstance(data, dict) or not isinstance(data.get("quantities"), dict):
+        raise InputError(f"fit file {str(path)!r} has no 'quantities' mapping (write it with `agentsim fit`)", source, location)
+    _fit_cache[path] = data
+    return data
+
+
+def resolve_fit_references(data: dict, base_dir: Path, source: str, lines: dict) -> dict:
+    """Replace every ``{fit: FILE#quantity, ...}`` mapping by the fitted spec (clip keys kept)."""
+    targets = [(path, node) for path, node in _walk(data, ()) if "fit" in node and node.get("dist", "fit") == "fit"]
+    for path, node in targets:
+        ref = node["fit"]
+        location = _line(lines, path + ("fit",))
+        if not isinstance(ref, str) or "#" not in ref:
+            raise InputError(f"a fit reference must look like 'FILE.yaml#quantity', got {ref!r}", source, location)
+        file_part, quantity = ref.split("#", 1)
+        fits = load_fit_file(base_dir / file_part, source, location)
+        entry = fits["quantities"].get(quantity)
+        if entry is None:
+            raise InputError(f"fit file {file_part!r} has no quantity {quantity!r}; it has: {', '.join(sorted(fits['quantities']))}",
+                             source, location)
+        spec = entry.get("spec") if isinstance(entry, dict) else None
+        if not isinstance(spec, dict):
+            raise InputError(f"quantity {quantity!r} in {file_part!r} has no 'spec'", source, location)
+        resolved = dict(spec)
+        for key in ("min", "max", "round"):
+            if key in node:
+                resolved[key] = node[key]
+        extra = set(node) - {"fit", "dist", "min", "max", "round"}
+        if extra:
+            raise InputError(f"unknown key {sorted(extra)[0]!r} next to a fit reference", source, location)
+        parent = data
+        for part in path[:-1]:
+            parent = parent[part]
+        parent[path[-1]] = resolved
+    return data

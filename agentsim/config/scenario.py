@@ -1,0 +1,220 @@
+"""The scenario schema: pydantic models for every section of a scenario YAML file.
+
+Models are inert (no I/O in validators). Unknown keys are rejected (``extra="forbid"``); the
+loader turns pydantic errors into one message with the YAML path, the line and a did-you-mean.
+Quantities with units are parsed once here (see :mod:`agentsim.config.units`), so every field
+holds plain SI numbers and says its unit in its name.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from agentsim.config.units import Bytes, BytesPerSecond, Count, FlopsPerSecond, Seconds
+from agentsim.workload.distributions import DistributionSpec
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class HardwareConfig(Strict):
+    """One serving instance: a group of GPUs with their HBM, compute and memory bandwidth."""
+
+    profile: str | None = Field(None, description="hardware profile name (e.g. gb300_nvl72); explicit fields override it")
+    gpus_per_instance: int = Field(4, gt=0, description="GPUs in one serving instance (tensor/expert parallel group)")
+    instances: int = Field(1, gt=0, description="serving instances in the cluster")
+    hbm_bytes_per_gpu: Bytes = Field(279e9, gt=0, description="usable HBM per GPU")
+    hbm_bandwidth_bytes_per_s: BytesPerSecond = Field(8e12, gt=0, description="HBM bandwidth per GPU")
+    dense_flops_per_gpu: FlopsPerSecond = Field(5e15, gt=0, description="dense tensor FLOP/s per GPU at the serving precision")
+    mfu_prefill: float = Field(0.35, gt=0, le=1, description="model FLOP utilisation during prefill")
+    mbu_decode: float = Field(0.70, gt=0, le=1, description="memory bandwidth utilisation during decode")
+    kv_capacity_bytes: Bytes | None = Field(None, gt=0, description="HBM bytes for KV per instance; derived from HBM minus weights minus reserve when absent")
+    hbm_reserve_fraction: float = Field(0.10, ge=0, lt=1, description="HBM fraction kept for activations and workspace when deriving KV capacity")
+    price_usd_per_gpu_hour: float = Field(6.0, ge=0, description="GPU-hour price for cost reports")
+
+
+class ModelConfig(Strict):
+    """The served model: what its KV costs and how much compute a token needs."""
+
+    profile: str | None = Field(None, description="model profile name (e.g. deepseek_v3); explicit fields override it")
+    kv_bytes_per_token: Bytes = Field(35136, gt=0, description="KV cache bytes per token (all layers)")
+    active_params: Count = Field(37e9, gt=0, description="parameters active per token (MoE: active experts)")
+    total_params: Count = Field(671e9, gt=0, description="all parameters (weight memory)")
+    bytes_per_param: float = Field(1.0, gt=0, description="weight bytes per parameter (FP8 = 1)")
+    attn_coeff: float = Field(2.5e6, ge=0, description="L*H*(d_qk+d_v) summed over layers, for prefill attention FLOPs")
+
+    @model_validator(mode="after")
+    def _active_le_total(self):
+        if self.active_params > self.total_params:
+            raise ValueError(f"active_params ({self.active_params:g}) exceeds total_params ({self.total_params:g})")
+        return self
+
+
+class PolicyRef(Strict):
+    """A registered policy by name, with its own validated parameters."""
+
+    name: str = Field("lru", description="registered policy name (see `agentsim policies`)")
+    params: dict[str, Any] = Field(default_factory=dict, description="policy parameters")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"name": value}
+        return value
+
+
+class CacheConfig(Strict):
+    block_tokens: int = Field(64, gt=0, description="tokens per KV block (page)")
+    eviction: PolicyRef = Field(default_factory=PolicyRef, description="HBM eviction policy")
+
+
+class ServingConfig(Strict):
+    max_batch_requests: int = Field(128, gt=0, description="most requests in one running batch")
+    prefill_chunk_tokens: int = Field(8192, gt=0, description="chunked prefill: token budget per iteration")
+    router: str = Field("least_loaded", description="how requests pick an instance: round_robin, least_loaded, prefix_affinity")
+
+
+class Arrival(Strict):
+    """How sessions of an agent class arrive.
+
+    ``poisson``: sessions start at ``rate_per_s`` (exponential inter-arrivals) until the end of the
+    run. ``population``: ``concurrent`` sessions are kept alive; when one ends, a new one starts
+    after ``restart_delay_s``.
+    """
+
+    kind: Literal["poisson", "population"] = "population"
+    rate_per_s: float | None = Field(None, gt=0)
+    concurrent: int | None = Field(None, gt=0)
+    ramp_s: Seconds = Field(0.0, ge=0, description="population: spread the initial session starts uniformly over this time")
+    restart_delay_s: Seconds = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _check_kind(self):
+        if self.kind == "poisson" and self.rate_per_s is None:
+            raise ValueError("a poisson arrival needs rate_per_s")
+        if self.kind == "population" and self.concurrent is None:
+            raise ValueError("a population arrival needs concurrent")
+        return self
+
+
+class SubAgents(Strict):
+    """Sub-agent fan-out: after a call, with ``probability`` the agent spawns ``fanout``
+    sub-agents that share its history as their prefix, run concurrently, and are joined
+    before the parent's next call."""
+
+    probability: float = Field(0.0, ge=0, le=1)
+    fanout: DistributionSpec = Field(default=2)
+    calls: DistributionSpec = Field(default=5, description="LLM calls each sub-agent makes")
+    task_tokens: DistributionSpec = Field(default=2000, description="tokens of the sub-agent's own task appended to the shared prefix")
+    result_tokens: DistributionSpec = Field(default=1000, description="tokens the parent appends when it joins a sub-agent")
+
+
+class Compaction(Strict):
+    """Context mutation: when a session's context exceeds ``trigger_tokens`` it is rewritten to
+    ``keep_tokens`` (a summary), invalidating cached blocks past the shared prefix."""
+
+    trigger_tokens: int = Field(gt=0)
+    keep_tokens: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _keep_below_trigger(self):
+        if self.keep_tokens >= self.trigger_tokens:
+            raise ValueError("keep_tokens must be smaller than trigger_tokens")
+        return self
+
+
+class AgentClass(Strict):
+    """One kind of agent (coding agent, chat user, batch tool agent ...)."""
+
+    arrival: Arrival
+    tools_prefix_tokens: int = Field(12000, ge=0, description="system + tool definitions shared by every session of this class")
+    initial_context_tokens: DistributionSpec = Field(default=2000, description="the session's first user message")
+    calls_per_session: DistributionSpec = Field(default=20, description="LLM calls per session")
+    tool_gap_s: DistributionSpec = Field(default=9.0, description="seconds between a call ending in a tool call and the next call")
+    human_turn_probability: float = Field(0.1, ge=0, le=1, description="chance a call ends the turn and waits for a human")
+    human_gap_s: DistributionSpec = Field(default=210.0, description="seconds a human takes before the next turn")
+    appended_tokens: DistributionSpec = Field(default=1500, description="tokens appended to the context per call (tool results, user text)")
+    output_tokens: DistributionSpec = Field(default=300, description="tokens generated per call")
+    max_context_tokens: int = Field(200_000, gt=0, description="prompts are capped at this length (the model's window)")
+    subagents: SubAgents = Field(default_factory=SubAgents)
+    compaction: Compaction | None = None
+
+
+class WorkloadConfig(Strict):
+    global_system_prompt_tokens: int = Field(0, ge=0, description="prompt prefix shared by every agent class")
+    agent_classes: dict[str, AgentClass] = Field(min_length=1)
+
+
+class SloConfig(Strict):
+    """Per-request targets (for SLA attainment) and run-level percentile targets."""
+
+    ttft_s: Seconds = Field(2.0, gt=0, description="a request meets its SLO if TTFT <= ttft_s ...")
+    tpot_s: Seconds = Field(0.1, gt=0, description="... and TPOT <= tpot_s")
+    ttft_p99_s: Seconds | None = Field(None, gt=0, description="run-level target on p99 TTFT")
+    attainment_target: float = Field(0.99, gt=0, le=1, description="share of requests that must meet the SLO")
+
+
+class RunConfig(Strict):
+    warmup_s: Seconds = Field(0.0, ge=0, description="requests arriving before this are excluded from latency summaries")
+    progress_interval_s: Seconds = Field(60.0, gt=0, description="simulated seconds between progress updates")
+    check_invariants: bool = Field(False, description="verify cache invariants after every event (slow)")
+
+
+class Scenario(Strict):
+    """A complete simulation scenario."""
+
+    name: str = "scenario"
+    description: str = ""
+    seed: int = Field(0, ge=0)
+    duration_s: Seconds = Field(gt=0, description="simulated time during which sessions may start")
+    drain: bool = Field(True, description="let sessions started before duration_s finish their in-flight call")
+    hardware: HardwareConfig = Field(default_factory=HardwareConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    serving: ServingConfig = Field(default_factory=ServingConfig)
+    workload: WorkloadConfig
+    slo: SloConfig = Field(default_factory=SloConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("name must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self):
+        weights_bytes = self.model.total_params * self.model.bytes_per_param
+        hbm_total = self.hardware.hbm_bytes_per_gpu * self.hardware.gpus_per_instance
+        if self.hardware.kv_capacity_bytes is None:
+            free = hbm_total * (1 - self.hardware.hbm_reserve_fraction) - weights_bytes
+            if free <= 0:
+                raise ValueError(
+                    f"model weights ({weights_bytes / 1e9:.0f} GB) do not fit in {self.hardware.gpus_per_instance} GPUs' HBM "
+                    f"({hbm_total / 1e9:.0f} GB after a {self.hardware.hbm_reserve_fraction:.0%} reserve); "
+                    "add GPUs per instance or set hardware.kv_capacity_bytes"
+                )
+        elif self.hardware.kv_capacity_bytes > hbm_total:
+            raise ValueError(
+                f"hardware.kv_capacity_bytes ({self.hardware.kv_capacity_bytes / 1e9:.0f} GB) exceeds the instance's HBM ({hbm_total / 1e9:.0f} GB)"
+            )
+        block_bytes = self.cache.block_tokens * self.model.kv_bytes_per_token
+        if self.kv_capacity_bytes_per_instance() < block_bytes:
+            raise ValueError("KV capacity is smaller than one block")
+        return self
+
+    def kv_capacity_bytes_per_instance(self) -> float:
+        """HBM bytes available for KV in one instance (given, or HBM minus weights minus reserve)."""
+        if self.hardware.kv_capacity_bytes is not None:
+            return self.hardware.kv_capacity_bytes
+        hbm_total = self.hardware.hbm_bytes_per_gpu * self.hardware.gpus_per_instance
+        weights_bytes = self.model.total_params * self.model.bytes_per_param
+        return hbm_total * (1 - self.hardware.hbm_reserve_fraction) - weights_bytes
+
+    def kv_capacity_blocks_per_instance(self) -> int:
+        return int(self.kv_capacity_bytes_per_instance() // (self.cache.block_tokens * self.model.kv_bytes_per_token))

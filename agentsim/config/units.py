@@ -1,0 +1,150 @@
+"""Unit strings, parsed once at load time.
+
+Scenario files may write quantities with units; the code only ever sees plain numbers in SI
+base units (bytes, seconds, bytes per second, FLOP/s), named with their unit
+(``capacity_bytes``, ``latency_s``).
+
+Accepted forms:
+* bytes: ``288GB`` (10^9), ``279GiB`` (2^30), ``512MB``, ``4TB``, ``1.5e9``, ``100B``;
+* bandwidth: ``900GB/s``, ``8TB/s``, ``50GiB/s`` (bytes per second), ``400Gb/s`` (bits);
+* durations: ``10us``, ``5ms``, ``2s``, ``5m``/``5min``, ``2h``, ``1d`` or a bare number of seconds;
+* FLOP/s: ``5PFLOPS``, ``2.5e15``, ``989TFLOPS``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, WithJsonSchema
+
+_NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+_PATTERN = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-z/µ]*)\s*$")
+
+_DECIMAL = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+
+_DURATION = {
+    "": 1.0, "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
+    "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9,
+    "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
+    "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "hours": 3600.0,
+    "d": 86400.0, "day": 86400.0, "days": 86400.0,
+}
+
+
+class UnitError(ValueError):
+    """A value with a missing, unknown or wrong unit."""
+
+
+def _split(value: Any, what: str) -> tuple[float, str]:
+    if isinstance(value, bool):
+        raise UnitError(f"expected {what}, got a boolean")
+    if isinstance(value, (int, float)):
+        return float(value), ""
+    if not isinstance(value, str):
+        raise UnitError(f"expected {what} as a number or a string with a unit, got {type(value).__name__}")
+    match = _PATTERN.match(value)
+    if not match:
+        raise UnitError(f"cannot read {value!r} as {what}")
+    return float(match.group(1)), match.group(2)
+
+
+def _byte_multiplier(prefix_unit: str, value_text: Any) -> float:
+    """Multiplier for a unit like GB, GiB, Gb (bits), B, or ''."""
+    unit = prefix_unit
+    if unit in ("", "B", "byte", "bytes"):
+        return 1.0
+    bits = False
+    if unit.endswith("B"):
+        unit = unit[:-1]
+    elif unit.endswith("b") and unit[:-1] in {**_DECIMAL, **_BINARY} and unit[:-1] != "":
+        unit, bits = unit[:-1], True
+    else:
+        raise UnitError(f"unknown byte unit in {value_text!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+    if unit in _BINARY:
+        mult = _BINARY[unit]
+    elif unit.upper() in _DECIMAL and unit != "":
+        mult = _DECIMAL[unit.upper()]
+    else:
+        raise UnitError(f"unknown byte unit in {value_text!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+    return mult / 8 if bits else mult
+
+
+def _finite(number: float, value: Any) -> float:
+    if not math.isfinite(number):
+        raise UnitError(f"{value!r} is not a finite number")
+    return number
+
+
+def parse_bytes(value: Any) -> float:
+    """Bytes from ``288GB``, ``279GiB``, ``1e9`` or ``100B``."""
+    number, unit = _split(value, "a size in bytes")
+    if "/" in unit:
+        raise UnitError(f"{value!r} is a bandwidth, expected a size such as '288GB'")
+    if unit.lower() in _DURATION and unit not in ("", "B") and unit not in ("m",):
+        raise UnitError(f"{value!r} is a duration, expected a size such as '288GB'")
+    return _finite(number * _byte_multiplier(unit, value), value)
+
+
+def parse_bandwidth(value: Any) -> float:
+    """Bytes per second from ``900GB/s``, ``8TB/s``, ``400Gb/s`` or a bare number (B/s)."""
+    number, unit = _split(value, "a bandwidth")
+    if unit == "":
+        return _finite(number, value)
+    if not unit.endswith("/s"):
+        raise UnitError(f"{value!r} is not a bandwidth: write it per second, e.g. '900GB/s'")
+    return _finite(number * _byte_multiplier(unit[:-2], value), value)
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from ``10us``, ``5ms``, ``2s``, ``5m``, ``2h`` or a bare number of seconds."""
+    number, unit = _split(value, "a duration")
+    if unit not in _DURATION:
+        raise UnitError(f"unknown time unit in {value!r} (use us, ms, s, m, h, d)")
+    return _finite(number * _DURATION[unit], value)
+
+
+def parse_flops(value: Any) -> float:
+    """FLOP/s from ``5PFLOPS``, ``989TFLOPS``, ``2.5e15``."""
+    number, unit = _split(value, "a FLOP/s rate")
+    if unit == "":
+        return _finite(number, value)
+    upper = unit.upper().replace("FLOP/S", "FLOPS")
+    if not upper.endswith("FLOPS"):
+        raise UnitError(f"unknown FLOP/s unit in {value!r} (use e.g. '5PFLOPS' or '989TFLOPS')")
+    prefix = upper[: -len("FLOPS")]
+    if prefix not in _DECIMAL:
+        raise UnitError(f"unknown FLOP/s prefix in {value!r}")
+    return _finite(number * _DECIMAL[prefix], value)
+
+
+def parse_count(value: Any) -> float:
+    """A plain count that may be written ``37e9``, ``37B`` (billions), ``15K`` or ``2M``."""
+    number, unit = _split(value, "a count")
+    scale = {"": 1, "K": 1e3, "k": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+    if unit not in scale:
+        raise UnitError(f"unknown count suffix in {value!r} (use K, M, B or T)")
+    return _finite(number * scale[unit], value)
+
+
+def _wrap(parser):
+    def validator(value: Any) -> Any:
+        if value is None:
+            return value
+        try:
+            return parser(value)
+        except UnitError as exc:
+            raise ValueError(str(exc)) from None
+
+    return validator
+
+
+_STR_OR_NUMBER = {"anyOf": [{"type": "number"}, {"type": "string"}]}
+
+Bytes = Annotated[float, BeforeValidator(_wrap(parse_bytes)), WithJsonSchema({**_STR_OR_NUMBER, "description": "bytes, e.g. 288GB or 279GiB"})]
+BytesPerSecond = Annotated[float, BeforeValidator(_wrap(parse_bandwidth)), WithJsonSchema({**_STR_OR_NUMBER, "description": "bytes per second, e.g. 900GB/s"})]
+Seconds = Annotated[float, BeforeValidator(_wrap(parse_duration)), WithJsonSchema({**_STR_OR_NUMBER, "description": "seconds, e.g. 10us, 5m, 2h"})]
+FlopsPerSecond = Annotated[float, BeforeValidator(_wrap(parse_flops)), WithJsonSchema({**_STR_OR_NUMBER, "description": "FLOP/s, e.g. 5PFLOPS"})]
+Count = Annotated[float, BeforeValidator(_wrap(parse_count)), WithJsonSchema({**_STR_OR_NUMBER, "description": "a count, e.g. 37e9 or 37B"})]

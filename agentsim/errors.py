@@ -1,0 +1,38 @@
+"""User-facing errors.
+
+Every problem caused by the user's input (a scenario file, a trace, a command-line value) is
+raised as :class:`InputError`. The CLI turns it into one clear message and exit code 2; no
+traceback is shown. Internal bugs are left as ordinary exceptions.
+"""
+
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """Bad user input.
+
+    Args:
+        message: what is wrong, in one sentence.
+        source: the file (or "--set", "command line") the input came from.
+        location: where in it: a YAML path like ``cache.eviction.name`` and/or ``line 12``.
+    """
+
+    def __init__(self, message: str, source: str | None = None, location: str | None = None):
+        self.message = message
+        self.source = source
+        self.location = location
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = ""
+        if self.source and self.location:
+            where = f"{self.source}: {self.location}: "
+        elif self.source:
+            where = f"{self.source}: "
+        elif self.location:
+            where = f"{self.location}: "
+        return f"{where}{self.message}"
+
+
+class InvariantViolation(AssertionError):
+    """A simulation invariant (capacity, pins, conservation) was broken: a bug, not bad input."""

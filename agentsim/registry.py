@@ -1,0 +1,76 @@
+"""Name -> class registries for pluggable components (policies, routers, distributions).
+
+A registered class may declare a nested pydantic model ``Params``; the registry validates a
+scenario's parameter dict against it, so a typo in a policy parameter is reported with the
+parameter's YAML path like any other scenario error.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Callable, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """A named collection of component classes of one kind (e.g. "eviction policy")."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._classes: dict[str, type[T]] = {}
+
+    def register(self, name: str) -> Callable[[type[T]], type[T]]:
+        def decorator(cls: type[T]) -> type[T]:
+            if name in self._classes:
+                raise ValueError(f"{self.kind} {name!r} registered twice")
+            self._classes[name] = cls
+            cls.registered_name = name  # type: ignore[attr-defined]
+            return cls
+
+        return decorator
+
+    def names(self) -> list[str]:
+        return sorted(self._classes)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._classes
+
+    def get(self, name: str) -> type[T]:
+        try:
+            return self._classes[name]
+        except KeyError:
+            raise KeyError(self.unknown_message(name)) from None
+
+    def unknown_message(self, name: str) -> str:
+        close = difflib.get_close_matches(str(name), self.names(), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown {self.kind} {name!r}{hint}; known: {', '.join(self.names())}"
+
+    def params_model(self, name: str) -> type[BaseModel] | None:
+        return getattr(self.get(name), "Params", None)
+
+    def validate_params(self, name: str, params: dict[str, Any] | None) -> BaseModel | None:
+        """Validate ``params`` against the class's Params model (raises pydantic ValidationError)."""
+        model = self.params_model(name)
+        if model is None:
+            if params:
+                raise ValueError(f"{self.kind} {name!r} takes no parameters")
+            return None
+        return model.model_validate(params or {})
+
+
+def describe_params(model: type[BaseModel] | None) -> list[tuple[str, str, str]]:
+    """(name, default, description) rows for a Params model, for ``agentsim policies``."""
+    if model is None:
+        return []
+    rows = []
+    for field_name, field in model.model_fields.items():
+        default = "required" if field.is_required() else repr(field.default)
+        rows.append((field_name, default, field.description or ""))
+    return rows
+
+
+__all__ = ["Registry", "describe_params", "ValidationError"]

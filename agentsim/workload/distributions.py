@@ -1,0 +1,253 @@
+"""Named probability distributions for gaps, lengths and counts.
+
+A scenario writes a distribution as a mapping with a ``dist`` name and that family's
+parameters, e.g. ``{dist: lognormal, median: 9, sigma: 1.6}``; a bare number means a constant.
+Each spec is a pydantic model (validated at load time); :func:`build` turns it into a
+:class:`Sampler` backed by ``scipy.stats`` that draws from the numpy ``Generator`` it is given,
+so every component owns its own seeded stream.
+
+Families: constant, exponential, lognormal, gamma, weibull, loglogistic, pareto, uniform,
+empirical (sample from given values), mixture (weighted components), fit (a reference
+``FILE.yaml#quantity`` to a distribution fitted by ``agentsim fit``).
+All families accept ``min``/``max`` clipping and ``round`` (to integers, for token counts).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from scipy import stats
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    min: float | None = Field(None, description="clip samples below this value")
+    max: float | None = Field(None, description="clip samples above this value")
+    round: bool = Field(False, description="round samples to integers")
+
+    @model_validator(mode="after")
+    def _check_bounds(self):
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
+        return self
+
+
+class Constant(_Spec):
+    dist: Literal["constant"] = "constant"
+    value: float
+
+
+class Exponential(_Spec):
+    dist: Literal["exponential"]
+    mean: float = Field(gt=0)
+    loc: float = 0.0
+
+
+class LogNormal(_Spec):
+    """Lognormal given by its ``median`` (= exp(mu)) and the log-space ``sigma``."""
+
+    dist: Literal["lognormal"]
+    median: float = Field(gt=0)
+    sigma: float = Field(gt=0)
+    loc: float = 0.0
+
+
+class Gamma(_Spec):
+    dist: Literal["gamma"]
+    shape: float = Field(gt=0)
+    scale: float = Field(gt=0)
+    loc: float = 0.0
+
+
+class Weibull(_Spec):
+    dist: Literal["weibull"]
+    shape: float = Field(gt=0)
+    scale: float = Field(gt=0)
+    loc: float = 0.0
+
+
+class LogLogistic(_Spec):
+    dist: Literal["loglogistic"]
+    shape: float = Field(gt=0)
+    scale: float = Field(gt=0)
+    loc: float = 0.0
+
+
+class Pareto(_Spec):
+    dist: Literal["pareto"]
+    shape: float = Field(gt=0)
+    scale: float = Field(gt=0)
+    loc: float = 0.0
+
+
+class Uniform(_Spec):
+    dist: Literal["uniform"]
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) is below low ({self.low})")
+        return self
+
+
+class Empirical(_Spec):
+    """Resample uniformly from observed ``values``."""
+
+    dist: Literal["empirical"]
+    values: list[float] = Field(min_length=1)
+
+
+class MixtureComponent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    weight: float = Field(gt=0)
+    spec: "DistributionSpec"
+
+
+class Mixture(_Spec):
+    dist: Literal["mixture"]
+    components: list[MixtureComponent] = Field(min_length=1)
+
+
+class FitReference(_Spec):
+    """``fit: fits/claude-code.yaml#tool_gap``: the distribution chosen by ``agentsim fit``.
+
+    The path is resolved relative to the scenario file when the scenario is loaded
+    (:func:`agentsim.config.loader.load_scenario`), which replaces this node by the fitted spec.
+    """
+
+    dist: Literal["fit"] = "fit"
+    fit: str
+
+
+_Families = Union[Constant, Exponential, LogNormal, Gamma, Weibull, LogLogistic, Pareto, Uniform, Empirical, Mixture, FitReference]
+
+
+def _coerce(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return {"dist": "constant", "value": value}
+    if isinstance(value, dict) and "dist" not in value:
+        if "fit" in value:
+            return {"dist": "fit", **value}
+        if "value" in value:
+            return {"dist": "constant", **value}
+    return value
+
+
+from pydantic import BeforeValidator  # noqa: E402
+
+DistributionSpec = Annotated[_Families, BeforeValidator(_coerce), Field(discriminator="dist")]
+MixtureComponent.model_rebuild()
+Mixture.model_rebuild()
+
+
+class Sampler:
+    """Draws samples of one distribution from a given numpy Generator."""
+
+    def __init__(self, spec: _Spec):
+        self.spec = spec
+
+    def _raw(self, rng: np.random.Generator, n: int) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def sample(self, rng: np.random.Generator, n: int | None = None) -> float | np.ndarray:
+        """One float (``n is None``) or an array of ``n`` samples, clipped and rounded per spec."""
+        values = np.asarray(self._raw(rng, 1 if n is None else n), dtype=float)
+        if self.spec.min is not None or self.spec.max is not None:
+            values = np.clip(values, self.spec.min, self.spec.max)
+        if self.spec.round:
+            values = np.rint(values)
+        return float(values[0]) if n is None else values
+
+    def mean(self) -> float:
+        """The mean (before clipping); used for sizing and summaries."""
+        raise NotImplementedError
+
+
+class _ScipySampler(Sampler):
+    def __init__(self, spec: _Spec, frozen):
+        super().__init__(spec)
+        self.frozen = frozen
+
+    def _raw(self, rng, n):
+        return self.frozen.rvs(size=n, random_state=rng)
+
+    def mean(self) -> float:
+        return float(self.frozen.mean())
+
+
+class _ConstantSampler(Sampler):
+    def _raw(self, rng, n):
+        return np.full(n, self.spec.value)
+
+    def mean(self) -> float:
+        return float(self.spec.value)
+
+
+class _EmpiricalSampler(Sampler):
+    def __init__(self, spec: Empirical):
+        super().__init__(spec)
+        self.values = np.asarray(spec.values, dtype=float)
+
+    def _raw(self, rng, n):
+        return self.values[rng.integers(0, len(self.values), size=n)]
+
+    def mean(self) -> float:
+        return float(self.values.mean())
+
+
+class _MixtureSampler(Sampler):
+    def __init__(self, spec: Mixture):
+        super().__init__(spec)
+        weights = np.array([c.weight for c in spec.components], dtype=float)
+        self.weights = weights / weights.sum()
+        self.parts = [build(c.spec) for c in spec.components]
+
+    def _raw(self, rng, n):
+        which = rng.choice(len(self.parts), size=n, p=self.weights)
+        out = np.empty(n)
+        for index, part in enumerate(self.parts):
+            mask = which == index
+            count = int(mask.sum())
+            if count:
+                out[mask] = part.sample(rng, count)
+        return out
+
+    def mean(self) -> float:
+        return float(sum(w * p.mean() for w, p in zip(self.weights, self.parts)))
+
+
+def build(spec: _Spec) -> Sampler:
+    """A sampler for a validated spec."""
+    if isinstance(spec, Constant):
+        return _ConstantSampler(spec)
+    if isinstance(spec, Exponential):
+        return _ScipySampler(spec, stats.expon(loc=spec.loc, scale=spec.mean))
+    if isinstance(spec, LogNormal):
+        return _ScipySampler(spec, stats.lognorm(s=spec.sigma, loc=spec.loc, scale=spec.median))
+    if isinstance(spec, Gamma):
+        return _ScipySampler(spec, stats.gamma(a=spec.shape, loc=spec.loc, scale=spec.scale))
+    if isinstance(spec, Weibull):
+        return _ScipySampler(spec, stats.weibull_min(c=spec.shape, loc=spec.loc, scale=spec.scale))
+    if isinstance(spec, LogLogistic):
+        return _ScipySampler(spec, stats.fisk(c=spec.shape, loc=spec.loc, scale=spec.scale))
+    if isinstance(spec, Pareto):
+        return _ScipySampler(spec, stats.pareto(b=spec.shape, loc=spec.loc, scale=spec.scale))
+    if isinstance(spec, Uniform):
+        return _ScipySampler(spec, stats.uniform(loc=spec.low, scale=spec.high - spec.low))
+    if isinstance(spec, Empirical):
+        return _EmpiricalSampler(spec)
+    if isinstance(spec, Mixture):
+        return _MixtureSampler(spec)
+    if isinstance(spec, FitReference):
+        raise ValueError(f"fit reference {spec.fit!r} was not resolved; load the scenario with load_scenario()")
+    raise TypeError(f"unknown distribution spec {type(spec).__name__}")
+
+
+FAMILY_NAMES = ["constant", "exponential", "lognormal", "gamma", "weibull", "loglogistic", "pareto", "uniform", "empirical", "mixture", "fit"]
