@@ -1,0 +1,34 @@
+"""The request a serving instance receives: one LLM call of one agent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+
+@dataclass(slots=True, eq=False)
+class LLMRequest:
+    """An LLM call. ``prompt_keys`` are the prompt's full-block keys; ``total_keys`` those of
+    prompt plus output (the KV the call leaves behind for the agent's next call)."""
+
+    request_id: int
+    session_id: int
+    agent_class: str
+    depth: int
+    call_index: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    prompt_keys: list[int]
+    total_keys: list[int]
+    done: simpy.Event
+    gap_before_s: float = float("nan")
+    gap_kind: str = "first"
+    # Filled by the serving instance.
+    instance: int = -1
+    admitted_s: float = float("nan")
+    first_token_s: float = float("nan")
+    finish_s: float = float("nan")
+    hit_tokens: int = 0
+    rejected: bool = False

@@ -1,0 +1,68 @@
+"""Helpers shared by CLI commands: summary tables and progress display."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        if value != value:
+            return "-"
+        if abs(value) >= 1000 or value == int(value):
+            return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:g}"
+        return f"{value:.4g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+SUMMARY_ROWS = [
+    ("requests", "requests"), ("sessions", "sessions"), ("hit_ratio", "hit ratio (tokens)"),
+    ("recomputed_tokens", "recomputed tokens"), ("ttft_p50_s", "TTFT p50 (s)"), ("ttft_p90_s", "TTFT p90 (s)"),
+    ("ttft_p99_s", "TTFT p99 (s)"), ("ttft_p999_s", "TTFT p99.9 (s)"), ("ttft_max_s", "TTFT max (s)"),
+    ("tpot_p50_s", "TPOT p50 (s)"), ("tpot_p99_s", "TPOT p99 (s)"), ("e2e_p99_s", "E2E p99 (s)"),
+    ("sla_attainment", "SLA attainment"), ("evicted_blocks", "evicted blocks"),
+    ("gpu_busy_fraction", "GPU busy fraction"), ("simulated_s", "simulated (s)"), ("wall_s", "wall (s)"),
+]
+
+
+def summary_table(summary: dict, title: str = "summary") -> Table:
+    table = Table(title=title, show_header=True, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    shown = set()
+    for key, label in SUMMARY_ROWS:
+        if key in summary:
+            table.add_row(label, _fmt(summary[key]))
+            shown.add(key)
+    for key in ("evicted_blocks_by_reason", "recomputed_tokens_by_gap"):
+        if isinstance(summary.get(key), dict) and summary[key]:
+            table.add_row(key.replace("_", " "), ", ".join(f"{k}={_fmt(v)}" for k, v in summary[key].items()))
+    return table
+
+
+@contextmanager
+def simulated_time_progress(enabled: bool, description: str = "simulating"):
+    """Yields a callback(now_s, total_s) that drives a rich progress bar (or does nothing)."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                  TextColumn("{task.completed:,.0f}/{task.total:,.0f} simulated s"), TimeElapsedColumn(),
+                  console=err_console, transient=True) as progress:
+        task = progress.add_task(description, total=1.0)
+
+        def update(now_s: float, total_s: float) -> None:
+            progress.update(task, completed=now_s, total=total_s)
+
+        yield update

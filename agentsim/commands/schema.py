@@ -1,0 +1,21 @@
+"""``agentsim schema``: the scenario JSON Schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("schema")
+    def schema_command(out: Path = typer.Option(None, "--out", "-o", help="write to a file instead of stdout")) -> None:
+        """Print (or write) the JSON Schema of scenario files."""
+        from agentsim.config.scenario import Scenario
+
+        text = json.dumps(Scenario.model_json_schema(), indent=2) + "\n"
+        if out:
+            out.write_text(text)
+        else:
+            typer.echo(text, nl=False)

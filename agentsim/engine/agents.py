@@ -1,0 +1,189 @@
+"""Agents as SimPy processes: sessions arrive, call the LLM, wait on tools or humans, call again.
+
+Closed loop: an agent issues its next call only after the previous one completed plus the gap,
+so a slower cache delays the agent, as it would a real one. Sub-agents fork the parent's
+context (sharing its prefix), run concurrently, and are joined before the parent continues.
+
+Randomness: every session draws from its own generator, seeded from
+``SeedSequence(seed, spawn_key=(class index, session index))``, so a session's gaps and lengths do
+not depend on event timing: two policies compared on the same seed see the same sessions
+(common random numbers).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import simpy
+
+from agentsim.cluster.request import LLMRequest
+from agentsim.workload.content import KeyAllocator, SharedPrefixes, TokenStream
+from agentsim.workload.distributions import Sampler, build
+
+
+@dataclass
+class WorkloadCounters:
+    sessions_started: int = 0
+    sessions_finished: int = 0
+    sessions_context_full: int = 0
+    subagents_spawned: int = 0
+    compactions: int = 0
+    invalidated_blocks: int = 0
+    active_sessions: int = 0
+
+
+class AgentClassModel:
+    """Samplers of one agent class, built once from its spec."""
+
+    def __init__(self, name: str, index: int, spec):
+        self.name = name
+        self.index = index
+        self.spec = spec
+        self.initial_context = build(spec.initial_context_tokens)
+        self.calls = build(spec.calls_per_session)
+        self.tool_gap = build(spec.tool_gap_s)
+        self.human_gap = build(spec.human_gap_s)
+        self.appended = build(spec.appended_tokens)
+        self.output = build(spec.output_tokens)
+        sub = spec.subagents
+        self.sub_probability = sub.probability
+        self.sub_fanout = build(sub.fanout)
+        self.sub_calls = build(sub.calls)
+        self.sub_task = build(sub.task_tokens)
+        self.sub_result = build(sub.result_tokens)
+
+
+def _count(sampler: Sampler, rng: np.random.Generator, minimum: int = 0) -> int:
+    value = sampler.sample(rng)
+    if not math.isfinite(value):
+        return minimum
+    return max(minimum, int(round(value)))
+
+
+class AgentDriver:
+    """Starts sessions of every agent class and runs them until ``end_s``."""
+
+    def __init__(self, env: simpy.Environment, scenario, submit: Callable[[LLMRequest], None]):
+        self.env = env
+        self.scenario = scenario
+        self.submit = submit
+        self.block_tokens = scenario.cache.block_tokens
+        self.end_s = scenario.duration_s
+        self.seed = scenario.seed
+        self.alloc = KeyAllocator()
+        self.prefixes = SharedPrefixes(self.block_tokens, self.alloc, scenario.workload.global_system_prompt_tokens)
+        self.classes = [AgentClassModel(name, index, spec)
+                        for index, (name, spec) in enumerate(scenario.workload.agent_classes.items())]
+        self.counters = WorkloadCounters()
+        self._next_request_id = 0
+        self._next_session_id = 0
+        self._session_index = [0] * len(self.classes)
+
+    def start(self) -> None:
+        for model in self.classes:
+            arrival = model.spec.arrival
+            if arrival.kind == "poisson":
+                self.env.process(self._poisson(model))
+            else:
+                rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(0, model.index)))
+                for slot in range(arrival.concurrent):
+                    delay = float(rng.uniform(0, arrival.ramp_s)) if arrival.ramp_s > 0 else 0.0
+                    self.env.process(self._population_slot(model, delay))
+
+    # --- arrivals ---------------------------------------------------------------------------
+    def _poisson(self, model: AgentClassModel):
+        rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(0, model.index)))
+        rate = model.spec.arrival.rate_per_s
+        while True:
+            wait = float(rng.exponential(1.0 / rate))
+            if self.env.now + wait >= self.end_s:
+                return
+            yield self.env.timeout(wait)
+            self.env.process(self._session(model))
+
+    def _population_slot(self, model: AgentClassModel, delay_s: float):
+        if delay_s:
+            yield self.env.timeout(delay_s)
+        while self.env.now < self.end_s:
+            yield self.env.process(self._session(model))
+            if model.spec.arrival.restart_delay_s:
+                yield self.env.timeout(model.spec.arrival.restart_delay_s)
+
+    # --- sessions ---------------------------------------------------------------------------
+    def _session(self, model: AgentClassModel):
+        counters = self.counters
+        session_index = self._session_index[model.index]
+        self._session_index[model.index] += 1
+        session_id = self._next_session_id
+        self._next_session_id += 1
+        rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(1, model.index, session_index)))
+        counters.sessions_started += 1
+        counters.active_sessions += 1
+        prefix_keys, prefix_tokens = self.prefixes.for_class(model.name, model.spec.tools_prefix_tokens)
+        stream = TokenStream(self.block_tokens, self.alloc, prefix_keys, prefix_tokens)
+        stream.append(_count(model.initial_context, rng, 1))
+        n_calls = _count(model.calls, rng, 1)
+        yield from self._conversation(model, stream, rng, session_id, depth=0, n_calls=n_calls)
+        counters.active_sessions -= 1
+        counters.sessions_finished += 1
+
+    def _conversation(self, model: AgentClassModel, stream: TokenStream, rng: np.random.Generator,
+                      session_id: int, depth: int, n_calls: int):
+        env = self.env
+        spec = model.spec
+        gap_s, gap_kind = float("nan"), "first"
+        for call_index in range(n_calls):
+            if call_index > 0 and env.now >= self.end_s:
+                return
+            if spec.compaction is not None and stream.tokens > spec.compaction.trigger_tokens:
+                self.counters.compactions += 1
+                self.counters.invalidated_blocks += stream.rewrite_after(spec.compaction.keep_tokens)
+            if stream.tokens > spec.max_context_tokens:
+                self.counters.sessions_context_full += 1
+                return
+            yield from self._call(model, stream, rng, session_id, depth, call_index, gap_s, gap_kind)
+            if call_index == n_calls - 1:
+                return
+            if depth == 0 and model.sub_probability > 0 and rng.random() < model.sub_probability:
+                start = env.now
+                fanout = _count(model.sub_fanout, rng, 1)
+                children = []
+                for k in range(fanout):
+                    child_rng = np.random.default_rng(
+                        np.random.SeedSequence(self.seed, spawn_key=(2, model.index, session_id, call_index, k)))
+                    child = stream.fork()
+                    child.append(_count(model.sub_task, child_rng, 1))
+                    calls = _count(model.sub_calls, child_rng, 1)
+                    self.counters.subagents_spawned += 1
+                    children.append(env.process(
+                        self._conversation(model, child, child_rng, session_id, depth + 1, calls)))
+                yield simpy.AllOf(env, children)
+                for _ in range(fanout):
+                    stream.append(_count(model.sub_result, rng, 0))
+                gap_s, gap_kind = env.now - start, "join"
+                continue
+            if rng.random() < spec.human_turn_probability:
+                gap_s, gap_kind = max(0.0, model.human_gap.sample(rng)), "human"
+            else:
+                gap_s, gap_kind = max(0.0, model.tool_gap.sample(rng)), "tool"
+            yield env.timeout(gap_s)
+            stream.append(_count(model.appended, rng, 0))
+
+    def _call(self, model, stream: TokenStream, rng, session_id, depth, call_index, gap_s, gap_kind):
+        prompt_tokens = stream.tokens
+        output_tokens = _count(model.output, rng, 1)
+        prompt_keys = stream.full_block_keys(prompt_tokens)
+        stream.append(output_tokens)
+        total_keys = stream.full_block_keys(prompt_tokens + output_tokens)
+        request = LLMRequest(
+            request_id=self._next_request_id, session_id=session_id, agent_class=model.name, depth=depth,
+            call_index=call_index, arrival_s=self.env.now, prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens, prompt_keys=prompt_keys, total_keys=total_keys,
+            done=self.env.event(), gap_before_s=gap_s, gap_kind=gap_kind,
+        )
+        self._next_request_id += 1
+        self.submit(request)
+        yield request.done

@@ -1,0 +1,188 @@
+"""The composition root: a validated scenario becomes a wired SimPy simulation, and its run
+becomes a :class:`RunResult` (summary dict plus long-form tables). No file I/O here: the caller
+persists results (:func:`agentsim.results.write_run`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+import simpy
+
+from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.radix import RadixCache
+from agentsim.cluster.costmodel import RooflineCostModel
+from agentsim.cluster.instance import ServingInstance
+from agentsim.cluster.request import LLMRequest
+from agentsim.cluster.router import ROUTERS
+from agentsim.engine.agents import AgentDriver
+from agentsim.metrics.records import OccupancySample, RequestRecord
+from agentsim.metrics.summary import summarize_requests
+
+ProgressCallback = Callable[[float, float], None]
+
+
+@dataclass
+class RunResult:
+    """What one run produces. ``summary`` keys are snake_case with units in the name."""
+
+    summary: dict
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    scenario: object = None
+
+
+class Simulation:
+    """One wired simulation. Build it, :meth:`run` it once."""
+
+    def __init__(self, scenario, progress: ProgressCallback | None = None):
+        self.scenario = scenario
+        self.progress = progress
+        self.env = simpy.Environment()
+        self.cost = RooflineCostModel.from_scenario(scenario)
+        self.block_tokens = scenario.cache.block_tokens
+        self.capacity_blocks = scenario.kv_capacity_blocks_per_instance()
+        self.request_records: list[RequestRecord] = []
+        self.occupancy: list[OccupancySample] = []
+        policy_ref = scenario.cache.eviction
+        policy_cls = EVICTION_POLICIES.get(policy_ref.name)
+        self.instances = []
+        for index in range(scenario.hardware.instances):
+            params = EVICTION_POLICIES.validate_params(policy_ref.name, policy_ref.params)
+            cache = RadixCache(self.capacity_blocks, policy_cls(params), name="hbm")
+            self.instances.append(ServingInstance(
+                self.env, index, cache, self.cost, self.block_tokens,
+                scenario.serving.max_batch_requests, scenario.serving.prefill_chunk_tokens,
+                on_finish=self._on_finish, check_invariants=scenario.run.check_invariants,
+            ))
+        self.router = ROUTERS.get(scenario.serving.router)(self.instances)
+        self.driver = AgentDriver(self.env, scenario, self._submit)
+        self.in_flight = 0
+        # Triggered once the duration has passed and no call is in flight: agents then only
+        # wait on gaps after which they would not call again, so the run is over.
+        self.finished = self.env.event()
+
+    def _submit(self, request: LLMRequest) -> None:
+        self.in_flight += 1
+        self.router.submit(request)
+
+    def _maybe_finish(self) -> None:
+        if self.env.now >= self.scenario.duration_s and self.in_flight == 0 and not self.finished.triggered:
+            self.finished.succeed()
+
+    def _end_of_arrivals(self):
+        yield self.env.timeout(self.scenario.duration_s)
+        self._maybe_finish()
+
+    def _on_finish(self, request: LLMRequest) -> None:
+        slo = self.scenario.slo
+        if request.rejected:
+            ttft = tpot = e2e = queue = float("nan")
+            met = False
+        else:
+            ttft = request.first_token_s - request.arrival_s
+            e2e = request.finish_s - request.arrival_s
+            queue = request.admitted_s - request.arrival_s
+            tpot = (request.finish_s - request.first_token_s) / (request.output_tokens - 1) if request.output_tokens > 1 else 0.0
+            met = ttft <= slo.ttft_s and tpot <= slo.tpot_s
+        self.request_records.append(RequestRecord(
+            request_id=request.request_id, session_id=request.session_id, agent_class=request.agent_class,
+            depth=request.depth, call_index=request.call_index, instance=request.instance,
+            arrival_s=request.arrival_s, gap_before_s=request.gap_before_s, gap_kind=request.gap_kind,
+            prompt_tokens=request.prompt_tokens, output_tokens=request.output_tokens,
+            hit_tokens=request.hit_tokens, recomputed_tokens=request.prompt_tokens - request.hit_tokens,
+            queue_wait_s=queue, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, finish_s=request.finish_s,
+            slo_met=met, rejected=request.rejected,
+        ))
+        request.done.succeed()
+        self.in_flight -= 1
+        self._maybe_finish()
+
+    def _sampler(self):
+        interval = max(self.scenario.duration_s / 200.0, 1e-3)
+        while True:
+            now = self.env.now
+            for instance in self.instances:
+                cache = instance.cache
+                self.occupancy.append(OccupancySample(
+                    time_s=now, instance=instance.instance_id, tier=cache.name, used_blocks=cache.used_blocks,
+                    capacity_blocks=cache.capacity_blocks, pinned_blocks=cache.reserved_blocks,
+                    running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
+            if self.finished.triggered:
+                return
+            yield self.env.timeout(interval)
+
+    def _progress(self):
+        step = self.scenario.run.progress_interval_s
+        while self.env.now < self.scenario.duration_s:
+            yield self.env.timeout(min(step, self.scenario.duration_s - self.env.now))
+            self.progress(self.env.now, self.scenario.duration_s)
+
+    def run(self) -> RunResult:
+        started = time.perf_counter()
+        self.driver.start()
+        self.env.process(self._sampler())
+        self.env.process(self._end_of_arrivals())
+        if self.progress is not None:
+            self.env.process(self._progress())
+        self.env.run(until=self.finished)
+        wall_s = time.perf_counter() - started
+        return self._result(wall_s)
+
+    def _result(self, wall_s: float) -> RunResult:
+        scenario = self.scenario
+        requests = pd.DataFrame.from_records(
+            [{name: getattr(r, name) for name in RequestRecord.__slots__} for r in self.request_records],
+            columns=list(RequestRecord.__slots__))
+        requests = requests.sort_values("request_id", kind="stable").reset_index(drop=True)
+        occupancy = pd.DataFrame.from_records(
+            [{name: getattr(s, name) for name in OccupancySample.__slots__} for s in self.occupancy],
+            columns=list(OccupancySample.__slots__))
+        simulated_s = float(self.env.now)
+        summary = {"scenario": scenario.name, "seed": scenario.seed, "policy": scenario.cache.eviction.name}
+        summary.update(summarize_requests(requests, scenario.run.warmup_s))
+        counters = self.driver.counters
+        caches = [inst.cache for inst in self.instances]
+        busy_s = sum(inst.busy_s for inst in self.instances)
+        gpus = scenario.hardware.gpus_per_instance * len(self.instances)
+        gpu_seconds = simulated_s * gpus
+        summary.update({
+            "sessions": counters.sessions_started,
+            "sessions_finished": counters.sessions_finished,
+            "sessions_context_full": counters.sessions_context_full,
+            "subagents": counters.subagents_spawned,
+            "compactions": counters.compactions,
+            "invalidated_blocks": counters.invalidated_blocks,
+            "kv_capacity_blocks": self.capacity_blocks * len(self.instances),
+            "kv_capacity_bytes": self.capacity_blocks * len(self.instances) * self.block_tokens * scenario.model.kv_bytes_per_token,
+            "block_tokens": self.block_tokens,
+            "evicted_blocks": sum(c.evicted_blocks for c in caches),
+            "evicted_blocks_by_reason": _merge_counts(c.evicted_by_reason for c in caches),
+            "inserted_blocks": sum(c.inserted_blocks for c in caches),
+            "gpu_busy_fraction": busy_s / (simulated_s * len(self.instances)) if simulated_s > 0 else 0.0,
+            "gpu_seconds": gpu_seconds,
+            "iterations": sum(inst.iterations for inst in self.instances),
+            "simulated_s": simulated_s,
+            "wall_s": wall_s,
+            "simulated_requests_per_wall_s": len(requests) / wall_s if wall_s > 0 else math.inf,
+        })
+        ttft_p99 = summary["ttft_p99_s"]
+        summary["slo_ttft_p99_met"] = (bool(ttft_p99 <= scenario.slo.ttft_p99_s) if scenario.slo.ttft_p99_s is not None else None)
+        summary["sla_target_met"] = bool(summary["sla_attainment"] >= scenario.slo.attainment_target) if summary["requests"] else False
+        return RunResult(summary=summary, tables={"requests": requests, "occupancy": occupancy}, scenario=scenario)
+
+
+def _merge_counts(dicts) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for counts in dicts:
+        for key, value in counts.items():
+            out[key] = out.get(key, 0) + value
+    return dict(sorted(out.items()))
+
+
+def run_scenario(scenario, progress: ProgressCallback | None = None) -> RunResult:
+    """Simulate ``scenario`` once and return its results (deterministic for a given seed)."""
+    return Simulation(scenario, progress).run()

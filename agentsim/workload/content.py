@@ -1,0 +1,92 @@
+"""Token streams and their block keys.
+
+A session's context is a stream of tokens; block ``j`` covers tokens ``[j*B, (j+1)*B)``. Only
+full blocks get a key (only full blocks are cacheable). Keys are integers from one allocator per
+simulation, so equal keys mean equal prefixes: the global system prompt's blocks are shared by
+every session, a class's tools prefix by every session of that class, a parent's history by its
+sub-agents. A block that straddles a shared prefix and private text is private.
+"""
+
+from __future__ import annotations
+
+
+class KeyAllocator:
+    """Hands out fresh block keys (ints) in a deterministic order."""
+
+    def __init__(self) -> None:
+        self._next = 1
+
+    def take(self, count: int) -> list[int]:
+        start = self._next
+        self._next += count
+        return list(range(start, start + count))
+
+
+class TokenStream:
+    """A context of ``tokens`` tokens and the keys of its full blocks.
+
+    ``keys`` may be shared (copied) from another stream: extending or rewriting this stream
+    never changes the other one.
+    """
+
+    __slots__ = ("block_tokens", "tokens", "keys", "shared_blocks", "_alloc")
+
+    def __init__(self, block_tokens: int, alloc: KeyAllocator, prefix_keys: list[int], prefix_tokens: int,
+                 shared_blocks: int | None = None):
+        self.block_tokens = block_tokens
+        self._alloc = alloc
+        self.tokens = prefix_tokens
+        self.keys = list(prefix_keys[: prefix_tokens // block_tokens])
+        self.shared_blocks = len(self.keys) if shared_blocks is None else shared_blocks
+        self._fill()
+
+    def _fill(self) -> None:
+        missing = self.tokens // self.block_tokens - len(self.keys)
+        if missing > 0:
+            self.keys.extend(self._alloc.take(missing))
+
+    def append(self, tokens: int) -> None:
+        """Append ``tokens`` new tokens (outputs, tool results, user text)."""
+        self.tokens += max(0, int(tokens))
+        self._fill()
+
+    def rewrite_after(self, keep_tokens: int) -> int:
+        """Context mutation: keep the shared prefix plus ``keep_tokens`` freshly written tokens.
+
+        Returns the number of blocks whose keys were invalidated.
+        """
+        shared_tokens = self.shared_blocks * self.block_tokens
+        old_blocks = len(self.keys)
+        self.keys = self.keys[: self.shared_blocks]
+        self.tokens = shared_tokens + max(0, int(keep_tokens))
+        self._fill()
+        return old_blocks - self.shared_blocks
+
+    def fork(self) -> "TokenStream":
+        """A copy that shares this stream's history as its prefix (for sub-agents)."""
+        child = TokenStream(self.block_tokens, self._alloc, self.keys, self.tokens, shared_blocks=len(self.keys))
+        return child
+
+    def full_block_keys(self, tokens: int) -> list[int]:
+        """Keys of the full blocks within the first ``tokens`` tokens."""
+        return self.keys[: tokens // self.block_tokens]
+
+
+class SharedPrefixes:
+    """Keys of the global system prompt and of each agent class's tools prefix."""
+
+    def __init__(self, block_tokens: int, alloc: KeyAllocator, global_tokens: int):
+        self.block_tokens = block_tokens
+        self.alloc = alloc
+        self.global_tokens = global_tokens
+        self.global_keys = alloc.take(global_tokens // block_tokens)
+        self._class_keys: dict[str, tuple[list[int], int]] = {}
+
+    def for_class(self, class_name: str, tools_tokens: int) -> tuple[list[int], int]:
+        """(keys, tokens) of the prefix every session of ``class_name`` starts with."""
+        if class_name not in self._class_keys:
+            tokens = self.global_tokens + tools_tokens
+            extra = tokens // self.block_tokens - len(self.global_keys)
+            keys = self.global_keys[: tokens // self.block_tokens] + self.alloc.take(max(0, extra))
+            self._class_keys[class_name] = (keys, tokens)
+        return self._class_keys[class_name]
