@@ -1,0 +1,121 @@
+"""Opening trace files: gzip or plain (detected from the magic bytes), streamed as text lines.
+
+Every decoding problem (truncated gzip, corrupt deflate data, bytes that are not UTF-8, an
+empty file) becomes an :class:`~agentsim.errors.InputError` naming the file and, where known,
+the line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import zlib
+from pathlib import Path
+from typing import Iterator
+
+from agentsim.errors import InputError
+
+GZIP_MAGIC = b"\x1f\x8b"
+#: Bytes of decompressed text looked at to detect a format.
+PEEK_BYTES = 1 << 16
+
+
+def _open_binary(path: Path):
+    try:
+        raw = open(path, "rb")
+    except FileNotFoundError:
+        raise InputError("trace file not found", str(path)) from None
+    except IsADirectoryError:
+        raise InputError("expected a file, got a directory", str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot open trace: {exc.strerror}", str(path)) from None
+    magic = raw.read(2)
+    raw.seek(0)
+    if magic == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    return raw
+
+
+def _decode_error(path: Path, exc: BaseException, line: int | None) -> InputError:
+    where = f"line {line}" if line else None
+    if isinstance(exc, EOFError):
+        return InputError("truncated gzip file (compressed data ends early)", str(path), where)
+    if isinstance(exc, (gzip.BadGzipFile, zlib.error)):
+        return InputError(f"corrupt gzip data ({exc})", str(path), where)
+    if isinstance(exc, UnicodeDecodeError):
+        return InputError("not a text trace (bytes are not UTF-8; binary file?)", str(path), where)
+    return InputError(f"cannot read trace ({exc})", str(path), where)
+
+
+_DECODE_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError, OSError)
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` for every non-blank line (1-based numbers), streamed.
+
+    Raises InputError for an empty file (no non-blank line) and for decoding problems.
+    """
+    path = Path(path)
+    lineno = 0
+    seen = False
+    with _open_binary(path) as binary:
+        text = io.TextIOWrapper(binary, encoding="utf-8", errors="strict", newline=None)
+        try:
+            for lineno, line in enumerate(text, 1):
+                if line.strip():
+                    seen = True
+                    yield lineno, line
+        except _DECODE_ERRORS as exc:
+            raise _decode_error(path, exc, lineno + 1) from None
+    if not seen:
+        raise InputError("empty trace (no records)", str(path))
+
+
+def read_text(path: str | Path) -> str:
+    """The whole decompressed text of one (session-sized) file."""
+    path = Path(path)
+    with _open_binary(path) as binary:
+        try:
+            data = binary.read()
+            text = data.decode("utf-8")
+        except _DECODE_ERRORS as exc:
+            raise _decode_error(path, exc, None) from None
+    if not text.strip():
+        raise InputError("empty trace (no records)", str(path))
+    return text
+
+
+def peek_text(path: str | Path, n_bytes: int = PEEK_BYTES) -> str:
+    """Up to ``n_bytes`` of decompressed text from the start of the file (for detection)."""
+    path = Path(path)
+    with _open_binary(path) as binary:
+        try:
+            data = binary.read(n_bytes)
+        except _DECODE_ERRORS as exc:
+            raise _decode_error(path, exc, None) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # A multi-byte character may be cut at the end of a full peek window; anything
+        # else is not UTF-8 text.
+        if len(data) == n_bytes and exc.start >= len(data) - 3:
+            text = data[:exc.start].decode("utf-8")
+        else:
+            raise _decode_error(path, exc, None) from None
+    if "\x00" in text:
+        raise InputError("not a text trace (binary data)", str(path))
+    if not text.strip():
+        raise InputError("empty trace (no records)", str(path))
+    return text
+
+
+def parse_json_line(path: Path | str, lineno: int, line: str) -> dict:
+    """Parse one JSONL record; it must be a JSON object."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON ({exc.msg} at column {exc.colno})", str(path), f"line {lineno}") from None
+    if not isinstance(record, dict):
+        raise InputError(f"expected a JSON object, got {type(record).__name__}", str(path), f"line {lineno}")
+    return record
