@@ -36,6 +36,9 @@ class EvictionPolicy:
     #: policies keyed on creation order or per-block frequency keep runs separate.
     merge_runs: ClassVar[bool] = False
     registered_name: ClassVar[str] = "?"
+    #: True only in ``flat`` tree mode: the policy may return a victim that has children, whose
+    #: resident descendants the cache then counts as orphans (policies spec section 1.4).
+    allows_orphans: bool = False
 
     def __init__(self, params: BaseModel | None = None):
         self.params = params if params is not None else (self.Params() if self.Params else None)
@@ -49,8 +52,23 @@ class EvictionPolicy:
     def on_insert(self, node: "Node", now_s: float) -> None:
         """A new node (a run of freshly written blocks) joined the cache."""
 
-    def on_access(self, node: "Node", now_s: float) -> None:
-        """``node`` was on the path of a match or insert (path-touch); deepest node first."""
+    def on_access(self, node: "Node", now_s: float, hit: bool = False) -> None:
+        """``node`` was on the path of a match or insert (path-touch); deepest node first.
+
+        ``hit`` is True for a match that found the node (a reuse), False for the re-stamp of a
+        path by an insert (frequency-counting policies count only hits).
+        """
+
+    def on_lookup(self, keys: list[int], hit_blocks: int, now_s: float) -> None:
+        """A touching match looked up ``keys`` and found the first ``hit_blocks`` resident.
+
+        Called after the path-touch and before the caller reserves room for the missing
+        blocks, so ghost-list policies (ARC, 2Q, S3-FIFO) can react to ghost hits of the
+        blocks about to be inserted before choosing victims for them.
+        """
+
+    def on_release(self, node: "Node") -> None:
+        """``node``'s pin count dropped to 0 (deepest node first within one unpin)."""
 
     def on_candidate(self, node: "Node") -> None:
         """``node`` may have become evictable (unpinned, or its last child left)."""
@@ -61,10 +79,36 @@ class EvictionPolicy:
     def on_remove(self, node: "Node", blocks: int, reason: str) -> None:
         """``blocks`` blocks of ``node`` (its tail, or all of it) left the cache."""
 
+    # --- agentic hooks (called by the engine once it is wired; no-ops by default) --------
+    def on_tool_start(self, owner: Any, node: "Node", predicted_gap_s: float, now_s: float) -> None:
+        """``owner``'s LLM call ended with a tool call; ``node`` is the deepest node of its context."""
+
+    def on_tool_end(self, owner: Any, now_s: float) -> None:
+        """``owner``'s tool returned; its next call will arrive."""
+
+    def on_timer(self, now_s: float) -> None:
+        """The deadline announced by :meth:`next_timer_s` is due (TTL expiry, pin time-outs)."""
+
+    def next_timer_s(self) -> float | None:
+        """Earliest time at which :meth:`on_timer` has work to do, or None."""
+        return None
+
     # --- the decision ------------------------------------------------------------------
     def pop_victim(self, now_s: float) -> "Node | None":
         """The next evictable leaf to trim, or None if nothing is evictable."""
         raise NotImplementedError
+
+    def pop_expired(self, now_s: float) -> "Node | None":
+        """An evictable leaf whose deadline is <= ``now_s`` (for :meth:`RadixCache.expire`), or None."""
+        return None
+
+    def peek_victim(self) -> "Node | None":
+        """The node :meth:`pop_victim` would most likely return, without changing state (or None)."""
+        return None
+
+    def counters(self) -> dict[str, int]:
+        """Policy-specific counters for run diagnostics (e.g. ``ttl_expirations_blocks``)."""
+        return {}
 
     def state_bytes(self) -> int:
         """Metadata held by the policy (ghosts, sketches); reported, not charged to capacity."""
@@ -102,7 +146,7 @@ class KeyedLeafPolicy(EvictionPolicy):
     def on_insert(self, node, now_s):
         self._push_if_evictable(node)
 
-    def on_access(self, node, now_s):
+    def on_access(self, node, now_s, hit=False):
         self._push_if_evictable(node)
 
     def on_candidate(self, node):
@@ -123,4 +167,14 @@ class KeyedLeafPolicy(EvictionPolicy):
                 return node
         if len(heap) == 0:
             self._heap = []
+        return None
+
+    def peek_victim(self):
+        heap = self._heap
+        is_evictable = self.cache.is_evictable
+        while heap:
+            _key, _node_id, version, node = heap[0]
+            if version == node.heap_version and is_evictable(node):
+                return node
+            heapq.heappop(heap)
         return None

@@ -29,7 +29,7 @@ class Node:
 
     __slots__ = (
         "node_id", "parent", "children", "keys", "start_block", "lock_ref", "last_access_s",
-        "created_s", "hit_count", "heap_version", "alive", "policy_data",
+        "created_s", "hit_count", "heap_version", "alive", "policy_data", "orphan",
     )
 
     def __init__(self, node_id: int, parent: "Node | None", keys: list[int], start_block: int, now_s: float):
@@ -45,6 +45,8 @@ class Node:
         self.heap_version = 0
         self.alive = True
         self.policy_data = None
+        #: True once an ancestor was evicted in ``flat`` tree mode: resident but unreachable.
+        self.orphan = False
 
     @property
     def n_blocks(self) -> int:
@@ -91,6 +93,12 @@ class RadixCache:
         self.evicted_blocks = 0
         self.evicted_by_reason: dict[str, int] = {}
         self.inserted_blocks = 0
+        #: ``flat`` tree mode only: resident blocks whose ancestor was evicted (never hit).
+        self.orphan_blocks = 0
+        self.orphaned_blocks_total = 0
+        #: Optional A1 admission filter (``agentsim.cache.policies.admission``): decides at
+        #: unpin whether a released, childless node is kept or freed at once.
+        self.admission = None
         policy.bind(self)
 
     # --- helpers ---------------------------------------------------------------------
@@ -117,6 +125,7 @@ class RadixCache:
         upper.lock_ref = node.lock_ref
         upper.last_access_s = node.last_access_s
         upper.hit_count = node.hit_count
+        upper.orphan = node.orphan
         node.keys = node.keys[offset:]
         node.start_block += offset
         parent.children[upper.keys[0]] = upper
@@ -147,9 +156,21 @@ class RadixCache:
             node = self._split(child, common)
             pos += common
             break
-        if touch and node is not self.root:
-            self._touch_path(node, now_s, hit=True)
+        if touch:
+            if node is not self.root:
+                self._touch_path(node, now_s, hit=True)
+            self.policy.on_lookup(keys, pos, now_s)
         return Match(node, pos)
+
+    def split(self, node: Node, offset: int) -> Node:
+        """Split ``node`` after ``offset`` blocks (0 < offset < n_blocks); returns the new upper node.
+
+        For policies that must give parts of a run different state (ghost hits on part of a
+        re-inserted run, T-LRU's budget boundary); the cache's accounting is unchanged.
+        """
+        if not 0 < offset < len(node.keys):
+            raise InvariantViolation(f"split of {node!r} at {offset}")
+        return self._split(node, offset)
 
     def _touch_path(self, node: Node, now_s: float, hit: bool) -> None:
         on_access = self.policy.on_access
@@ -157,7 +178,7 @@ class RadixCache:
             node.last_access_s = now_s
             if hit:
                 node.hit_count += 1
-            on_access(node, now_s)
+            on_access(node, now_s, hit)
             node = node.parent
 
     def pin(self, node: Node) -> None:
@@ -167,15 +188,29 @@ class RadixCache:
             node = node.parent
 
     def unpin(self, node: Node) -> None:
-        """Release one pin on ``node`` and its ancestors; newly unpinned leaves become candidates."""
-        on_candidate = self.policy.on_candidate
+        """Release one pin on ``node`` and its ancestors; newly unpinned leaves become candidates.
+
+        Nodes whose pin count drops to 0 are reported deepest first to ``policy.on_release``
+        (vLLM's tail-first free queue). With an admission filter, a released childless node the
+        filter rejects is freed at once (reason ``admission``), which may expose its parent.
+        """
+        policy = self.policy
+        on_candidate = policy.on_candidate
+        on_release = policy.on_release
+        admission = self.admission
         while node.parent is not None:
             node.lock_ref -= 1
             if node.lock_ref < 0:
                 raise InvariantViolation(f"negative lock_ref on {node!r}")
-            if node.lock_ref == 0 and not node.children:
-                on_candidate(node)
-            node = node.parent
+            parent = node.parent
+            if node.lock_ref == 0:
+                on_release(node)
+                if not node.children:
+                    if admission is not None and not admission.admit(node, self):
+                        self.remove_tail(node, len(node.keys), "admission")
+                    else:
+                        on_candidate(node)
+            node = parent
 
     def reserve(self, n_blocks: int, now_s: float) -> bool:
         """Make room for ``n_blocks`` new blocks (evicting as needed) and count them as used.
@@ -207,7 +242,7 @@ class RadixCache:
             victim = policy.pop_victim(now_s)
             if victim is None:
                 return False
-            if victim.lock_ref or victim.children or not victim.alive:
+            if victim.lock_ref or not victim.alive or (victim.children and not policy.allows_orphans):
                 raise InvariantViolation(f"policy {policy.registered_name} chose a non-evictable node {victim!r}")
             take = min(len(victim.keys), n_blocks - freed)
             self.remove_tail(victim, take, reason)
@@ -215,19 +250,52 @@ class RadixCache:
         return True
 
     def remove_tail(self, node: Node, n_blocks: int, reason: str) -> None:
-        """Drop the last ``n_blocks`` blocks of leaf ``node`` (all of it if it has no more)."""
+        """Drop the last ``n_blocks`` blocks of leaf ``node`` (all of it if it has no more).
+
+        Only a policy in ``flat`` tree mode (``allows_orphans``) may remove a node with
+        children; its resident descendants then become orphans (counted, never hit).
+        """
         if n_blocks < len(node.keys):
             upper = self._split(node, len(node.keys) - n_blocks)
         else:
             upper = node.parent
         node.alive = False
         del upper.children[node.keys[0]]
+        if node.orphan:
+            self.orphan_blocks -= n_blocks
+        if node.children:
+            self._orphan_subtree(node)
         self.used_blocks -= n_blocks
         self.evicted_blocks += n_blocks
         self.evicted_by_reason[reason] = self.evicted_by_reason.get(reason, 0) + n_blocks
         self.policy.on_remove(node, n_blocks, reason)
         if upper.parent is not None and not upper.children and upper.lock_ref == 0:
             self.policy.on_candidate(upper)
+
+    def _orphan_subtree(self, node: Node) -> None:
+        stack = [child for child in node.children.values() if not child.orphan]
+        while stack:
+            child = stack.pop()
+            child.orphan = True
+            self.orphan_blocks += len(child.keys)
+            self.orphaned_blocks_total += len(child.keys)
+            stack.extend(c for c in child.children.values() if not c.orphan)
+
+    def expire(self, now_s: float, reason: str = "ttl_expiry") -> int:
+        """Free the nodes the policy reports as expired at ``now_s`` (leaf first); returns blocks freed.
+
+        The engine calls this (through ``policy.on_timer``) at ``policy.next_timer_s()``.
+        """
+        freed = 0
+        pop_expired = self.policy.pop_expired
+        while True:
+            node = pop_expired(now_s)
+            if node is None:
+                return freed
+            if node.lock_ref or node.children or not node.alive:
+                raise InvariantViolation(f"policy {self.policy.registered_name} expired a non-evictable node {node!r}")
+            freed += len(node.keys)
+            self.remove_tail(node, len(node.keys), reason)
 
     def commit(self, node: Node, keys: list[int], start_block: int, n_reserved: int, now_s: float) -> Node:
         """Attach ``keys`` (blocks ``start_block...``) below ``node`` using reserved blocks.
@@ -299,9 +367,10 @@ class RadixCache:
                 raise InvariantViolation(f"{node!r} pinned more than its parent")
             if not node.keys:
                 raise InvariantViolation(f"empty node {node!r}")
-        if resident + self.reserved_blocks != self.used_blocks:
+        if resident + self.orphan_blocks + self.reserved_blocks != self.used_blocks:
             raise InvariantViolation(
-                f"{self.name}: resident {resident} + reserved {self.reserved_blocks} != used {self.used_blocks}")
+                f"{self.name}: resident {resident} + orphans {self.orphan_blocks} + reserved {self.reserved_blocks}"
+                f" != used {self.used_blocks}")
         if self.used_blocks > self.capacity_blocks:
             raise InvariantViolation(f"{self.name}: used {self.used_blocks} blocks > capacity {self.capacity_blocks}")
 
