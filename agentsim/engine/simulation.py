@@ -21,6 +21,7 @@ from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.router import ROUTERS
 from agentsim.engine.agents import AgentDriver
 from agentsim.metrics.records import OccupancySample, RequestRecord
+from agentsim.metrics.economics import economics_summary
 from agentsim.metrics.summary import summarize_requests
 
 ProgressCallback = Callable[[float, float], None]
@@ -169,6 +170,7 @@ class Simulation:
             "wall_s": wall_s,
             "simulated_requests_per_wall_s": len(requests) / wall_s if wall_s > 0 else math.inf,
         })
+        summary.update(economics_summary(scenario, requests, summary))  # GPU cost and provider cache bill
         ttft_p99 = summary["ttft_p99_s"]
         summary["slo_ttft_p99_met"] = (bool(ttft_p99 <= scenario.slo.ttft_p99_s) if scenario.slo.ttft_p99_s is not None else None)
         summary["sla_target_met"] = bool(summary["sla_attainment"] >= scenario.slo.attainment_target) if summary["requests"] else False
