@@ -117,6 +117,9 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             nxt = node.get(part)
             if nxt is None:
                 nxt = node[part] = {}
+            elif isinstance(nxt, str) and depth == len(parts) - 2:
+                # Policy shorthand (`eviction: lru`) is the mapping {name: lru}.
+                nxt = node[part] = {"name": nxt}
             elif not isinstance(nxt, (dict, list)):
                 raise InputError(f"{'.'.join(parts[:depth + 1])} is a value, not a section", "--set")
             node = nxt

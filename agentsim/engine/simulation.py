@@ -39,10 +39,10 @@ class RunResult:
 class Simulation:
     """One wired simulation. Build it, :meth:`run` it once."""
 
-    def __init__(self, scenario, progress: ProgressCallback | None = None):
+    def __init__(self, scenario, progress: ProgressCallback | None = None, env: simpy.Environment | None = None):
         self.scenario = scenario
         self.progress = progress
-        self.env = simpy.Environment()
+        self.env = env if env is not None else simpy.Environment()
         self.cost = RooflineCostModel.from_scenario(scenario)
         self.block_tokens = scenario.cache.block_tokens
         self.capacity_blocks = scenario.kv_capacity_blocks_per_instance()

@@ -1,0 +1,141 @@
+"""Radix cache and LRU unit tests: hand-made access sequences, expected victims, no SimPy."""
+
+import pytest
+
+from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.radix import RadixCache
+from agentsim.errors import InvariantViolation
+
+
+def make(capacity=10, policy="lru"):
+    return RadixCache(capacity, EVICTION_POLICIES.get(policy)())
+
+
+def serve(cache, keys, now, extra_blocks=0):
+    """One request: match, pin, reserve, commit all of ``keys``, unpin. Returns hit blocks or None."""
+    match = cache.match(keys, now)
+    cache.pin(match.node)
+    need = len(keys) - match.hit_blocks + extra_blocks
+    if not cache.reserve(need, now):
+        cache.unpin(match.node)
+        return None
+    node = cache.commit(match.node, keys[match.hit_blocks:], match.hit_blocks, need, now)
+    cache.unpin(node)
+    cache.check_invariants()
+    return match.hit_blocks
+
+
+def resident_keys(cache):
+    keys = set()
+    for node in cache.iter_nodes():
+        keys.update(node.keys)
+    return keys
+
+
+def test_prefix_hits_are_contiguous():
+    cache = make(100)
+    assert serve(cache, [1, 2, 3, 4], 0.0) == 0
+    assert serve(cache, [1, 2, 3, 4, 5], 1.0) == 4
+    assert serve(cache, [1, 2, 9, 4], 2.0) == 2      # the divergence stops the hit
+    assert serve(cache, [7, 2, 3], 3.0) == 0         # same later blocks, other prefix: no hit
+    assert cache.used_blocks == 5 + 2 + 3
+
+
+def test_lru_evicts_least_recent_leaf_tail_first():
+    cache = make(6)
+    serve(cache, [1, 2, 3], 0.0)       # A
+    serve(cache, [4, 5], 1.0)          # B
+    serve(cache, [1, 2], 2.0)          # touches A's first two blocks only (path-touch of [1,2])
+    # A's tail block 3 is older (t=0) than B (t=1): it goes first, then B.
+    serve(cache, [6, 7, 8], 3.0)       # needs 2 more blocks than free (1 free)
+    assert resident_keys(cache) == {1, 2, 5, 4, 6, 7, 8} - {5}
+    assert cache.evicted_blocks == 2
+
+
+def test_eviction_trims_a_run_from_its_tail():
+    cache = make(8)
+    serve(cache, list(range(1, 9)), 0.0)     # one run of 8 blocks fills the cache
+    serve(cache, [100, 101, 102], 1.0)        # needs 3: the run's 3 deepest blocks go
+    assert resident_keys(cache) == {1, 2, 3, 4, 5, 100, 101, 102}
+    assert serve(cache, list(range(1, 9)), 2.0) is not None
+
+
+def test_pinned_prefix_is_never_evicted_for_its_own_allocation():
+    cache = make(5)
+    serve(cache, [1, 2, 3], 0.0)
+    match = cache.match([1, 2, 3, 4, 5, 6], 1.0)
+    cache.pin(match.node)
+    # 3 new blocks needed, 2 free, the only evictable blocks are the pinned prefix: must fail.
+    assert cache.reserve(3, 1.0) is False
+    assert resident_keys(cache) == {1, 2, 3}
+    cache.unpin(match.node)
+    cache.check_invariants()
+
+
+def test_reserve_fails_rather_than_exceeding_capacity():
+    cache = make(4)
+    match = cache.match([1, 2, 3], 0.0)
+    cache.pin(match.node)
+    assert cache.reserve(3, 0.0)
+    other = cache.match([9, 9], 0.0)
+    assert cache.reserve(2, 0.0) is False        # 3 reserved + 2 > 4, nothing evictable
+    assert cache.used_blocks == 3
+    cache.check_invariants()
+
+
+def test_concurrent_identical_commits_share_blocks():
+    cache = make(20)
+    keys = [1, 2, 3, 4]
+    a = cache.match(keys, 0.0)
+    cache.pin(a.node)
+    assert cache.reserve(4, 0.0)
+    b = cache.match(keys, 0.0)
+    cache.pin(b.node)
+    assert cache.reserve(4, 0.0)
+    na = cache.commit(a.node, keys, 0, 4, 1.0)
+    nb = cache.commit(b.node, keys, 0, 4, 1.0)
+    assert cache.used_blocks == 4                 # the duplicate reservation was returned
+    cache.unpin(na)
+    cache.unpin(nb)
+    cache.check_invariants()
+
+
+def test_split_keeps_pins_on_both_halves():
+    cache = make(20)
+    m = cache.match([1, 2, 3, 4], 0.0)
+    cache.pin(m.node)
+    cache.reserve(4, 0.0)
+    node = cache.commit(m.node, [1, 2, 3, 4], 0, 4, 0.0)      # pinned run [1,2,3,4]
+    hit = cache.match([1, 2, 9], 1.0)                            # splits the pinned run at 2
+    assert hit.hit_blocks == 2 and hit.node.lock_ref == 1 and node.lock_ref == 1
+    assert cache.evict(1, 2.0) is False                          # everything is pinned
+    cache.unpin(node)
+    assert cache.evict(2, 3.0) is True
+    assert resident_keys(cache) == {1, 2}
+    cache.check_invariants()
+
+
+def test_lru_ties_go_deepest_first():
+    cache = make(6)
+    serve(cache, [1, 2, 3], 0.0)
+    serve(cache, [1, 4, 5], 0.0)        # same timestamp; [4,5] and [2,3] are leaves at equal depth
+    serve(cache, [1, 4, 5, 6], 0.0)     # now [6] is the deepest leaf at t=0
+    assert cache.evict(1, 1.0)
+    assert 6 not in resident_keys(cache)
+
+
+def test_unpin_below_zero_is_an_invariant_violation():
+    cache = make(4)
+    serve(cache, [1, 2], 0.0)
+    node = cache.match([1, 2], 1.0).node
+    with pytest.raises(InvariantViolation):
+        cache.unpin(node)
+
+
+def test_hit_count_and_path_touch():
+    cache = make(10)
+    serve(cache, [1, 2, 3], 0.0)
+    serve(cache, [1, 2, 3, 4], 5.0)
+    node = cache.match([1, 2, 3], 7.0).node
+    assert node.last_access_s == 7.0
+    assert node.hit_count == 2
