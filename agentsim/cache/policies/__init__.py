@@ -6,5 +6,10 @@ EVICTION_POLICIES: Registry = Registry("eviction policy")
 
 # Each module registers itself; keep one import per policy module.
 from agentsim.cache.policies import lru  # noqa: E402,F401
+from agentsim.cache.policies import fifo  # noqa: E402,F401
+from agentsim.cache.policies import slru  # noqa: E402,F401
+from agentsim.cache.policies import twoq  # noqa: E402,F401
+from agentsim.cache.policies import s3fifo  # noqa: E402,F401
+from agentsim.cache.policies import sieve  # noqa: E402,F401
 
 __all__ = ["EVICTION_POLICIES"]

@@ -1,0 +1,334 @@
+"""Shared machinery for queue-based policies (FIFO, SLRU, 2Q, ARC, S3-FIFO, SIEVE, W-TinyLFU, vLLM).
+
+One *entry* per radix node (a run of blocks that is always inserted and touched together).
+Queue order is a position key ``(seq, -start_block, node_id)``: ``seq`` grows with every
+insert or move, and the cache path-touches deepest node first, so deeper runs get smaller
+``seq`` and are evicted first, exactly as a per-block queue fed deepest block first would.
+When the cache splits a node, both parts keep the seq and the deeper part stays first, so
+the upper part takes over the position of the trimmed tail (policies spec section 3).
+
+Each queue counts the blocks of all its members, but its lazy min-heap holds only members
+that were *eligible* when pushed; ineligible ones are discarded when they surface and pushed
+back when the cache reports them eligible again (``on_candidate`` / ``on_release``). So a
+skipped entry's policy state is never mutated (the ``leaf_only`` rule of section 1.4) and
+every operation is O(log n) per node, never a scan of ineligible entries.
+
+Tree modes (``tree_mode`` parameter, section 1.4):
+* ``leaf_only`` (default): eligible = evictable leaf (unpinned, childless).
+* ``cascade``: eligible = unpinned. When the policy decides to evict a node with resident
+  children, the cache is given the deepest-first leaves of its subtree one at a time and the
+  node keeps its queue position until it is itself a leaf (a lazy cascade: eviction stops as
+  soon as the requested room is free, so a cascade may finish in a later eviction).
+  An unpinned node has no pinned descendant (pins cover whole paths), so the subtree is free.
+* ``flat``: eligible = unpinned; the node itself is evicted even with children, which the
+  cache then counts as orphans (resident, unreachable, never a hit).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentsim.cache.policy import EvictionPolicy
+
+TreeMode = Literal["leaf_only", "cascade", "flat"]
+
+
+class QueueParams(BaseModel):
+    """Parameters shared by every queue-based policy."""
+
+    model_config = ConfigDict(extra="forbid")
+    tree_mode: TreeMode = Field("leaf_only", description="leaf_only | cascade | flat (policies spec 1.4)")
+
+
+class Entry:
+    """Per-node policy state: queue membership, position key and small policy fields."""
+
+    __slots__ = ("queue", "key", "ver", "freq", "flag")
+
+    def __init__(self):
+        self.queue: Queue | None = None
+        self.key: tuple = ()
+        self.ver = 0
+        self.freq = 0
+        self.flag = False
+
+
+class Queue:
+    """One ordered segment: ``blocks`` counts all members, ``heap`` eligible ones (lazily)."""
+
+    __slots__ = ("name", "heap", "blocks")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.heap: list = []
+        self.blocks = 0
+
+
+class Ghost:
+    """A FIFO of evicted block keys bounded in blocks (ARC's B1/B2, 2Q's A1out, S3-FIFO's G).
+
+    Keys are stored per block because a re-inserted run may overlap an evicted one only in
+    part; batches are inserted and trimmed with C-level dict operations.
+    """
+
+    def __init__(self, capacity_blocks: int):
+        self.capacity_blocks = max(0, int(capacity_blocks))
+        self._batches: deque = deque()
+        self._member: dict[int, int] = {}
+        self._next_batch = 0
+        self.blocks = 0
+
+    def __len__(self) -> int:
+        return len(self._member)
+
+    def add(self, keys: list[int]) -> None:
+        if self.capacity_blocks == 0 or not keys:
+            return
+        batch = self._next_batch
+        self._next_batch += 1
+        fresh = [k for k in keys if k not in self._member] if self._member else list(keys)
+        self._member.update(dict.fromkeys(fresh, batch))
+        self._batches.append((batch, fresh))
+        self.blocks = len(self._member)
+        self.trim(self.capacity_blocks)
+
+    def trim(self, limit_blocks: int) -> None:
+        member = self._member
+        while len(member) > limit_blocks and self._batches:
+            batch, keys = self._batches[0]
+            excess = len(member) - limit_blocks
+            if excess >= len(keys):
+                self._batches.popleft()
+                drop = keys
+            else:  # trim the oldest blocks of the batch (the deepest: evicted first)
+                drop = keys[:excess]
+                self._batches[0] = (batch, keys[excess:])
+            for k in drop:
+                if member.get(k) == batch:
+                    del member[k]
+        self.blocks = len(member)
+
+    def discard(self, keys) -> None:
+        member = self._member
+        for k in keys:
+            member.pop(k, None)
+        self.blocks = len(member)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._member
+
+    def any_of(self, keys: list[int]) -> bool:
+        return bool(self._member) and not self._member.keys().isdisjoint(keys)
+
+    def state_bytes(self) -> int:
+        return 16 * len(self._member)
+
+
+class QueuePolicy(EvictionPolicy):
+    """Base for queue policies; subclasses implement :meth:`_admit_new`, :meth:`_on_touch` and :meth:`_select`."""
+
+    Params = QueueParams
+
+    def __init__(self, params=None):
+        super().__init__(params)
+        self.mode: str = self.params.tree_mode
+        self.allows_orphans = self.mode == "flat"
+        self._seq = 0
+        self.skipped_entries = 0  # ineligible entries passed over (spec: report the skip count)
+
+    # --- capacity helpers -----------------------------------------------------------------
+    @property
+    def capacity_blocks(self) -> int:
+        return self.cache.capacity_blocks
+
+    # --- eligibility and queue primitives ---------------------------------------------------
+    def _eligible(self, node) -> bool:
+        if not node.alive or node.lock_ref or node.parent is None:
+            return False
+        return self.mode != "leaf_only" or not node.children
+
+    def _push(self, node) -> None:
+        entry = node.policy_data
+        entry.ver += 1
+        heapq.heappush(entry.queue.heap, (entry.key, entry.ver, node))
+
+    def _push_if_eligible(self, node) -> None:
+        entry = node.policy_data
+        if entry is not None and entry.queue is not None and self._eligible(node):
+            self._push(node)
+
+    def _place(self, node, queue: Queue) -> None:
+        """Make ``node`` the newest member of ``queue`` (insert, move to MRU/head, or migrate)."""
+        entry = node.policy_data
+        n = len(node.keys)
+        if entry.queue is not None:
+            entry.queue.blocks -= n
+        queue.blocks += n
+        entry.queue = queue
+        self._seq += 1
+        entry.key = (self._seq, -node.start_block, node.node_id)
+        if self._eligible(node):
+            self._push(node)
+        else:
+            entry.ver += 1
+
+    def _front(self, queue: Queue):
+        """Oldest eligible member of ``queue`` (not removed), or None."""
+        heap = queue.heap
+        while heap:
+            _key, ver, node = heap[0]
+            entry = node.policy_data
+            if entry is None or entry.queue is not queue or entry.ver != ver or not node.alive:
+                heapq.heappop(heap)
+                continue
+            if not self._eligible(node):
+                heapq.heappop(heap)
+                entry.ver += 1
+                self.skipped_entries += 1
+                continue
+            return node
+        return None
+
+    def _detach(self, node) -> Queue | None:
+        entry = node.policy_data
+        queue = entry.queue
+        if queue is not None:
+            queue.blocks -= len(node.keys)
+            entry.queue = None
+            entry.ver += 1
+        return queue
+
+    # --- cache notifications ------------------------------------------------------------
+    def on_insert(self, node, now_s):
+        node.policy_data = Entry()
+        self._admit_new(node, now_s)
+
+    def on_access(self, node, now_s, hit=False):
+        if node.policy_data is not None and node.policy_data.queue is not None:
+            self._on_touch(node, hit, now_s)
+
+    def on_candidate(self, node):
+        self._push_if_eligible(node)
+
+    def on_release(self, node):
+        if self.mode != "leaf_only":
+            self._push_if_eligible(node)
+
+    def on_split(self, upper, lower):
+        entry = lower.policy_data
+        if entry is None:  # split of a node being inserted (before on_insert finished)
+            return
+        copy = Entry()
+        copy.queue, copy.freq, copy.flag = entry.queue, entry.freq, entry.flag
+        upper.policy_data = copy
+        if entry.queue is None:
+            return
+        seq = entry.key[0]
+        entry.key = (seq, -lower.start_block, lower.node_id)
+        copy.key = (seq, -upper.start_block, upper.node_id)
+        for node in (lower, upper):
+            if self._eligible(node):
+                self._push(node)
+            else:
+                node.policy_data.ver += 1
+
+    def on_remove(self, node, blocks, reason):
+        entry = node.policy_data
+        if entry is None:
+            return
+        queue = self._detach(node)
+        self._on_removed(node, queue, reason)
+
+    # --- the decision ---------------------------------------------------------------------
+    def pop_victim(self, now_s):
+        node = self._select(now_s)
+        if node is None:
+            return None
+        if node.children and self.mode == "cascade":
+            self._push(node)  # keep the cascade root at its position until it is a leaf
+            while node.children:
+                node = max(node.children.values(), key=_subtree_depth_key)
+            return node
+        node.policy_data.ver += 1  # a partial trim re-pushes the remainder through on_split
+        return node
+
+    def peek_victim(self):
+        for queue in self._eviction_order():
+            node = self._front(queue)
+            if node is not None:
+                return node
+        return None
+
+    # --- subclass interface ---------------------------------------------------------------
+    def _admit_new(self, node, now_s) -> None:
+        raise NotImplementedError
+
+    def _on_touch(self, node, hit: bool, now_s: float) -> None:
+        """A path-touch of a member; ``hit`` distinguishes reuse from an insert's re-stamp."""
+
+    def _on_removed(self, node, queue: Queue | None, reason: str) -> None:
+        """``node`` left the cache from ``queue`` (ghost bookkeeping)."""
+
+    def _select(self, now_s: float):
+        """Run the policy's eviction step and return the member to evict (or None)."""
+        raise NotImplementedError
+
+    def _eviction_order(self) -> list[Queue]:
+        return []
+
+    def describe(self):
+        out = super().describe()
+        out["skipped_entries"] = self.skipped_entries
+        return out
+
+
+def _subtree_depth_key(node):
+    """Cascade descent: the child reaching deepest first (deepest blocks go first), then newest."""
+    return (node.end_block, node.node_id)
+
+
+def ratio_blocks(capacity_blocks: int, ratio: float) -> int:
+    """``ratio`` of the capacity in whole blocks (at least 1 when ratio > 0)."""
+    if ratio <= 0:
+        return 0
+    return max(1, int(round(capacity_blocks * ratio)))
+
+
+def split_by_membership(cache, node, members) -> list[tuple[object, bool]]:
+    """Split a freshly inserted run into maximal parts of equal membership in ``members``.
+
+    Returns ``(part, is_member)`` pairs deepest part first (the order a per-block queue fed
+    deepest block first would see them). Used for ghost hits on part of a re-inserted run.
+    """
+    keys = node.keys
+    if not members or members.isdisjoint(keys):
+        return [(node, False)]
+    flags = [k in members for k in keys]
+    cuts = [i for i in range(1, len(flags)) if flags[i] != flags[i - 1]]
+    parts = []
+    start = 0
+    for cut in cuts:  # split off the upper parts, root side first; ``node`` keeps the tail
+        upper = cache.split(node, cut - start)
+        parts.append((upper, flags[start]))
+        start = cut
+    parts.append((node, flags[start]))
+    parts.reverse()
+    return parts
+
+
+def lookup_ghost_hits(ghosts, keys, hit_blocks) -> list[tuple[int, int]]:
+    """``(key, ghost index)`` for the missing keys found in one of ``ghosts``, deepest first."""
+    missing = keys[hit_blocks:]
+    if not missing or not any(g.any_of(missing) for g in ghosts):
+        return []
+    found = []
+    for key in reversed(missing):
+        for index, ghost in enumerate(ghosts):
+            if key in ghost:
+                found.append((key, index))
+                break
+    return found

@@ -1,0 +1,73 @@
+"""2Q, full version (Johnson & Shasha, VLDB'94; policies spec section 3.7; libCacheSim ``TwoQ.c``).
+
+A1in: FIFO of new runs (``in_ratio`` = Kin, 25% of capacity). A1out: ghost FIFO of block keys
+evicted from A1in (``out_ratio`` = Kout, 50%). Am: LRU of runs re-referenced after leaving
+A1in. A hit in Am moves the run to MRU; a hit in A1in changes nothing (correlated
+references). A missing block found in A1out is inserted into Am, otherwise into A1in.
+Reclaim: from A1in if it holds more than Kin blocks, else from Am (the other queue if the
+chosen one has no eligible run). A1in's oldest entry is often a conversation root, so
+``tree_mode: cascade`` is worth comparing (spec 3.7).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.policies._queues import (Ghost, Queue, QueueParams, QueuePolicy, lookup_ghost_hits,
+                                             split_by_membership)
+
+
+class TwoQParams(QueueParams):
+    in_ratio: float = Field(0.25, gt=0, le=1, description="Kin: A1in size as a fraction of capacity")
+    out_ratio: float = Field(0.5, ge=0, description="Kout: A1out ghost size as a fraction of capacity")
+
+
+@EVICTION_POLICIES.register("twoq")
+class TwoQ(QueuePolicy):
+    """A1in FIFO + A1out ghost + Am LRU."""
+
+    Params = TwoQParams
+
+    def __init__(self, params=None):
+        super().__init__(params)
+        self.a1in = Queue("a1in")
+        self.am = Queue("am")
+        self.a1out: Ghost | None = None
+        self._ghost_hits: set[int] = set()
+
+    def bind(self, cache):
+        super().bind(cache)
+        self.kin = int(cache.capacity_blocks * self.params.in_ratio)
+        self.a1out = Ghost(int(cache.capacity_blocks * self.params.out_ratio))
+
+    def on_lookup(self, keys, hit_blocks, now_s):
+        found = lookup_ghost_hits([self.a1out], keys, hit_blocks)
+        self._ghost_hits = {key for key, _ in found}
+        if found:
+            self.a1out.discard(self._ghost_hits)
+
+    def _admit_new(self, node, now_s):
+        for part, was_ghost in split_by_membership(self.cache, node, self._ghost_hits):
+            if part.policy_data is None:
+                part.policy_data = type(node.policy_data)()
+            self._place(part, self.am if was_ghost else self.a1in)
+
+    def _on_touch(self, node, hit, now_s):
+        if node.policy_data.queue is self.am:
+            self._place(node, self.am)
+
+    def _select(self, now_s):
+        if self.a1in.blocks > self.kin:
+            return self._front(self.a1in) or self._front(self.am)
+        return self._front(self.am) or self._front(self.a1in)
+
+    def _on_removed(self, node, queue, reason):
+        if queue is self.a1in:
+            self.a1out.add(node.keys)
+
+    def _eviction_order(self):
+        return [self.a1in, self.am] if self.a1in.blocks > self.kin else [self.am, self.a1in]
+
+    def state_bytes(self):
+        return self.a1out.state_bytes() if self.a1out else 0
