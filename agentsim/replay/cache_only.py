@@ -51,6 +51,8 @@ class CacheOnlyResult:
     replay_time_s: float
     clock: str = "logical"
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Per-request hit blocks in replay order (only with ``record_requests=True``).
+    request_hit_blocks: list[int] | None = None
 
     @property
     def hit_ratio(self) -> float:
@@ -121,12 +123,13 @@ def resolve_capacity(unique_blocks: int, capacity_blocks: int | None, capacity_f
 def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | None = None,
                       capacity_fraction: float | None = None, policy: str = "lru",
                       policy_params: dict | None = None, clock: str = "logical",
-                      canonical: CanonicalTrace | None = None, check_invariants: bool = False) -> CacheOnlyResult:
+                      canonical: CanonicalTrace | None = None, check_invariants: bool = False,
+                      record_requests: bool = False) -> CacheOnlyResult:
     """Replay ``requests`` (already in replay order) through one radix cache; see module docstring.
 
     ``canonical`` may pass a precomputed :func:`canonicalize` of the same requests (it gives the
     unique-block count and ideal hits). ``check_invariants`` verifies the cache after every
-    request (slow; for tests).
+    request (slow; for tests). ``record_requests`` keeps each request's hit blocks.
     """
     if clock not in CLOCKS:
         raise InputError(f"unknown clock {clock!r}; known: {', '.join(CLOCKS)}", "--clock")
@@ -142,6 +145,7 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
     input_tokens = 0
     requested = 0
     block_tokens = requests[0].block_tokens if requests else 0
+    per_request: list[int] | None = [] if record_requests else None
     started = time.perf_counter()
     for i, request in enumerate(requests):
         now_s = request.timestamp_s if use_trace_clock else float(i)
@@ -150,9 +154,13 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
         input_tokens += request.input_tokens
         requested += n
         if not n:
+            if per_request is not None:
+                per_request.append(0)
             continue
         node, hit = match(keys, now_s)
         hit_blocks += hit
+        if per_request is not None:
+            per_request.append(hit)
         hit_tokens += min(hit * request.block_tokens, request.input_tokens)
         keep = n if n <= capacity else capacity
         fresh = keep - hit
@@ -170,4 +178,4 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
         policy=policy, capacity_blocks=capacity, block_tokens=block_tokens, requests=len(requests),
         requested_blocks=requested, hit_blocks=hit_blocks, unique_blocks=canonical.unique_blocks,
         ideal_hit_blocks=canonical.ideal_hit_blocks, input_tokens=input_tokens, hit_tokens=hit_tokens,
-        evicted_blocks=cache.evicted_blocks, replay_time_s=elapsed, clock=clock)
+        evicted_blocks=cache.evicted_blocks, replay_time_s=elapsed, clock=clock, request_hit_blocks=per_request)

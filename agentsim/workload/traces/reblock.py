@@ -2,16 +2,22 @@
 
 Used to compare traces recorded at different block sizes (Bailian 16, WEKA 64, Mooncake 512
 tokens). Coarse block ``j`` covers source blocks ``[j*factor, (j+1)*factor)``; a shorter last
-group (the prompt's tail) is kept as a partial block, as the source formats do. Coarse keys are
-chained: ``key_j = intern(key_{j-1}, source keys of group j)``, so equal coarse keys at equal
-positions still mean equal prefixes, whatever the source ids' own semantics. Keys are dense
-integers from 1 in order of first appearance (deterministic for a given request order).
+group (the prompt's tail) is kept as a partial block, as the source formats do.
+
+Coarse keys: every supported format carries *prefix* keys (an id determines the whole prefix up
+to its block), so the key of a group's last source block already names the coarse prefix and is
+used as the coarse key (fast path, numpy slicing, no table). With ``exact=True`` keys are
+instead chained and interned, ``key_j = intern(key_{j-1}, source keys of group j)``, which is
+right for any id convention (dense ints from 1, first-appearance order) at the cost of a
+table lookup per coarse block.
 """
 
 from __future__ import annotations
 
 from array import array
 from dataclasses import replace
+
+import numpy as np
 
 from agentsim.errors import InputError
 from agentsim.workload.traces.records import TraceRequest
@@ -24,7 +30,8 @@ class Reblocker:
     size is the number of distinct coarse prefixes).
     """
 
-    def __init__(self, source_block_tokens: int, target_block_tokens: int, source: str = "--block-size"):
+    def __init__(self, source_block_tokens: int, target_block_tokens: int, source: str = "--block-size",
+                 *, exact: bool = False):
         if target_block_tokens <= 0 or target_block_tokens % source_block_tokens:
             raise InputError(
                 f"block size {target_block_tokens} is not a positive multiple of the trace's "
@@ -32,6 +39,7 @@ class Reblocker:
         self.source_block_tokens = source_block_tokens
         self.target_block_tokens = target_block_tokens
         self.factor = target_block_tokens // source_block_tokens
+        self.exact = exact
         self._ids: dict[tuple, int] = {}
 
     def keys(self, block_keys: array) -> array:
@@ -39,6 +47,15 @@ class Reblocker:
         factor = self.factor
         if factor == 1:
             return block_keys
+        if not self.exact:
+            n = len(block_keys)
+            if n == 0:
+                return array("q")
+            view = np.frombuffer(block_keys, dtype=np.int64)
+            last = view[factor - 1::factor]
+            if n % factor:
+                last = np.append(last, view[-1])
+            return array("q", last.tobytes())
         ids = self._ids
         out = array("q")
         prev = 0

@@ -1,0 +1,149 @@
+"""``agentsim replay TRACE``: replay a real trace (cache-only now; timed modes when available).
+
+Cache-only mode prints hit ratios (hit blocks / requested blocks, longest resident prefix;
+``token_hit_ratio`` is the token-weighted variant) for one eviction policy and capacity. The
+timed modes (``open-loop``, ``closed-loop``) are served by
+``agentsim.replay.timed.run_timed_replay`` once that module exists.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+MODES = ("cache-only", "open-loop", "closed-loop")
+FORMAT_CHOICES = ("auto", "mooncake", "weka", "bailian")
+
+
+def _choice(value: str, choices: tuple[str, ...], option: str) -> str:
+    from agentsim.errors import InputError
+
+    if value not in choices:
+        import difflib
+        close = difflib.get_close_matches(value, choices, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InputError(f"unknown value {value!r}{hint}; choose from {', '.join(choices)}", option)
+    return value
+
+
+def print_warnings(notes: list[str]) -> None:
+    for note in notes:
+        sys.stderr.write(f"warning: {note}\n")
+
+
+def replay_table(summary: dict, title: str):
+    from rich.table import Table
+
+    from agentsim.commands.common import _fmt
+
+    rows = [
+        ("requests", "requests"), ("policy", "policy"), ("capacity_blocks", "capacity (blocks)"),
+        ("capacity_fraction", "capacity / unique blocks"), ("block_tokens", "block size (tokens)"),
+        ("unique_blocks", "unique blocks"), ("requested_blocks", "requested blocks"),
+        ("hit_ratio", "hit ratio (blocks)"), ("ideal_hit_ratio", "ideal hit ratio (unbounded)"),
+        ("token_hit_ratio", "token hit ratio"), ("evicted_blocks", "evicted blocks"),
+        ("load_time_s", "load time (s)"), ("replay_time_s", "replay time (s)"),
+    ]
+    table = Table(title=title, show_header=True, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, label in rows:
+        if summary.get(key) is not None:
+            table.add_row(label, _fmt(summary[key]))
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("replay")
+    def replay_command(
+        trace: Path = typer.Argument(..., help="trace file (.jsonl/.json, gzip or plain) or a directory of WEKA sessions"),
+        fmt: str = typer.Option("auto", "--format", help="auto | mooncake | weka | bailian"),
+        mode: str = typer.Option("cache-only", "--mode", help="cache-only | open-loop | closed-loop"),
+        policy: str = typer.Option("lru", "--policy", help="any registered eviction policy (see `agentsim policies`)"),
+        capacity_blocks: Optional[int] = typer.Option(None, "--capacity-blocks", help="cache capacity in blocks"),
+        capacity_fraction: Optional[float] = typer.Option(
+            None, "--capacity-fraction", help="cache capacity as a fraction of the trace's unique blocks (default 0.1)"),
+        block_size: Optional[int] = typer.Option(
+            None, "--block-size", help="re-block to this many tokens per block (a multiple of the trace's)"),
+        clock: str = typer.Option("logical", "--clock", help="cache-only clock: logical (request number) | trace (timestamps)"),
+        session_offset: float = typer.Option(
+            0.0, "--session-offset", help="WEKA: the k-th session starts at k * this many seconds"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
+        out: Optional[Path] = typer.Option(None, "--out", "-o", help="write summary.json and requests.parquet here"),
+    ) -> None:
+        """Replay a trace through a KV cache and report hit ratios."""
+        from agentsim.errors import InputError
+
+        _choice(fmt, FORMAT_CHOICES, "--format")
+        _choice(mode, MODES, "--mode")
+        if capacity_blocks is not None and capacity_fraction is not None:
+            raise InputError("give either --capacity-blocks or --capacity-fraction, not both", "command line")
+        if mode != "cache-only":
+            _timed(trace, fmt, mode, policy, capacity_blocks, capacity_fraction, block_size, session_offset, as_json, out)
+            return
+        from agentsim.replay import canonicalize, make_policy, replay_cache_only
+        from agentsim.replay.load import load_trace
+
+        make_policy(policy)  # fail fast on an unknown policy, before reading a large trace
+        loaded = load_trace(trace, fmt, block_tokens=block_size, session_offset_s=session_offset)
+        print_warnings(loaded.warnings)
+        canonical = canonicalize(loaded.requests)
+        result = replay_cache_only(loaded.requests, capacity_blocks=capacity_blocks, capacity_fraction=capacity_fraction,
+                                   policy=policy, clock=clock, canonical=canonical, record_requests=out is not None)
+        summary = {"trace": loaded.path, "format": loaded.fmt, **result.summary(), "load_time_s": loaded.load_time_s}
+        if out is not None:
+            _write(out, summary, loaded.requests, result.request_hit_blocks)
+        if as_json:
+            sys.stdout.write(json.dumps(summary) + "\n")
+        else:
+            from agentsim.commands.common import console
+            console.print(replay_table(summary, f"cache-only replay of {Path(loaded.path).name} ({loaded.fmt})"))
+            if out is not None:
+                console.print(f"results written to {out}/")
+
+
+def _write(out: Path, summary: dict, requests, hits: list[int]) -> None:
+    import pandas as pd
+
+    from agentsim.errors import InputError
+    from agentsim.results import summary_json
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create output directory ({exc.strerror})", str(out)) from None
+    (out / "summary.json").write_text(summary_json(summary))
+    table = pd.DataFrame({
+        "index": [r.index for r in requests],
+        "timestamp_s": [r.timestamp_s for r in requests],
+        "session_id": [r.session_id for r in requests],
+        "agent_id": [r.agent_id for r in requests],
+        "input_tokens": [r.input_tokens for r in requests],
+        "requested_blocks": [len(r.block_keys) for r in requests],
+        "hit_blocks": hits,
+    })
+    table.to_parquet(out / "requests.parquet", index=False)
+
+
+def _timed(trace, fmt, mode, policy, capacity_blocks, capacity_fraction, block_size, session_offset, as_json, out):
+    """Hand a timed mode to ``agentsim.replay.timed.run_timed_replay`` if it exists."""
+    if importlib.util.find_spec("agentsim.replay.timed") is None:
+        sys.stderr.write(f"error: --mode {mode} is not available yet (only cache-only is); "
+                         "use --mode cache-only\n")
+        raise SystemExit(2)
+    from agentsim.replay.timed import run_timed_replay
+
+    result = run_timed_replay(trace=trace, fmt=fmt, mode=mode, policy=policy, capacity_blocks=capacity_blocks,
+                              capacity_fraction=capacity_fraction, block_tokens=block_size,
+                              session_offset_s=session_offset, out_dir=out)
+    summary = result if isinstance(result, dict) else getattr(result, "summary", {})
+    if as_json:
+        sys.stdout.write(json.dumps(summary, default=float) + "\n")
+    else:
+        from agentsim.commands.common import console, summary_table
+        console.print(summary_table(summary, title=f"{mode} replay of {Path(str(trace)).name}"))
