@@ -1,0 +1,165 @@
+"""``agentsim sweep SWEEP.yaml``: run a sweep (cells x seeds) in parallel, resumably."""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from agentsim.commands.common import console, err_console
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM behaves like Ctrl-C, so executors stop their workers before the process exits."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def cell_progress(enabled: bool, description: str = "sweep"):
+    """Yields on_progress(runs_done, runs_total, cells_done, cells_total) driving a rich bar over cells."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                  TextColumn("{task.fields[cells]}/{task.fields[cells_total]} cells, {task.completed:.0f}/{task.total:.0f} runs"),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=True) as progress:
+        task = progress.add_task(description, total=None, cells=0, cells_total=0)
+
+        def update(runs_done: int, runs_total: int, cells_done: int, cells_total: int) -> None:
+            progress.update(task, completed=runs_done, total=runs_total, cells=cells_done, cells_total=cells_total)
+
+        yield update
+
+
+def fmt_ci(mean: float, half: float) -> str:
+    if mean != mean:
+        return "-"
+    text = f"{mean:.4g}"
+    if half == half and not math.isinf(half):
+        text += f" ± {half:.2g}"
+    return text
+
+
+CELLS_PER_TABLE = 4
+
+
+def cell_legend(cells) -> str:
+    return "\n".join(f"  #{cell.index}: {cell.label}" for cell in cells)
+
+
+def stats_tables(stats, metrics: list[str], title: str):
+    """Rows = metrics, columns = cells (#index), mean ± 95% CI half-width; a few cells per table."""
+    from rich.table import Table
+
+    shown = [m for m in metrics if m in set(stats.metric)]
+    indices = sorted(set(stats.cell_index))
+    by_cell = {index: group.set_index("metric") for index, group in stats.groupby("cell_index")}
+    for start in range(0, len(indices), CELLS_PER_TABLE):
+        chunk = indices[start:start + CELLS_PER_TABLE]
+        table = Table(title=title if start == 0 else None, header_style="bold")
+        table.add_column("metric")
+        for index in chunk:
+            table.add_column(f"#{index}", justify="right")
+        for metric in shown:
+            row = []
+            for index in chunk:
+                frame = by_cell[index]
+                row.append(fmt_ci(frame.loc[metric, "mean"], frame.loc[metric, "ci_half_width"]) if metric in frame.index else "-")
+            table.add_row(metric, *row)
+        yield table
+
+
+def paired_tables(paired, metrics: list[str]):
+    """Rows = metrics, columns = 'cell vs baseline', mean difference [95% CI] (* = CI excludes 0)."""
+    from rich.table import Table
+
+    shown = [m for m in metrics if m in set(paired.metric)]
+    pairs = sorted(set(zip(paired.cell_index, paired.baseline_index)))
+    by_pair = {key: group.set_index("metric") for key, group in paired.groupby(["cell_index", "baseline_index"])}
+    for start in range(0, len(pairs), CELLS_PER_TABLE):
+        chunk = pairs[start:start + CELLS_PER_TABLE]
+        table = Table(title="paired differences, cell - baseline on the same seeds: mean [95% CI], * = CI excludes 0"
+                      if start == 0 else None, header_style="bold")
+        table.add_column("metric")
+        for cell, base in chunk:
+            table.add_column(f"#{cell} - #{base}", justify="right")
+        for metric in shown:
+            row = []
+            for key in chunk:
+                frame = by_pair[key]
+                if metric not in frame.index or frame.loc[metric, "mean_diff"] != frame.loc[metric, "mean_diff"]:
+                    row.append("-")
+                    continue
+                r = frame.loc[metric]
+                text = f"{r.mean_diff:+.3g}"
+                if r.ci_low == r.ci_low:
+                    text += f" [{r.ci_low:+.2g}, {r.ci_high:+.2g}]" + ("*" if r.significant else "")
+                row.append(text)
+            table.add_row(metric, *row)
+        yield table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sweep")
+    def sweep_command(
+        sweep_file: Path = typer.Argument(..., help="sweep YAML file (base scenario, axes, seeds)"),
+        out: Path = typer.Option(None, "--out", "-o", help="output directory (default runs/sweeps/<sweep name>); rerun to resume"),
+        workers: Optional[int] = typer.Option(None, "--workers", "-w", help="local worker processes (default: all cores)"),
+        dask: Optional[str] = typer.Option(None, "--dask", help="run on Dask: 'local' starts a LocalCluster, or a scheduler address tcp://HOST:PORT"),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar and no tables"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="list the cells and exit"),
+    ) -> None:
+        """Run every cell of a sweep with every seed; persist each run at once; print statistics.
+
+        Rerunning with the same --out skips finished runs (failed runs are retried).
+        """
+        from agentsim.experiments.executors import make_executor
+        from agentsim.experiments.spec import expand_cells, load_sweep
+        from agentsim.experiments.sweep import ScenarioBuilder, run_sweep
+
+        sweep = load_sweep(sweep_file)
+        if dry_run:
+            builder = ScenarioBuilder(sweep.base_data, str(sweep.base_path), sweep.base_lines, sweep.base_path.parent,
+                                      fixed=sweep.spec.set)
+            cells = expand_cells(sweep, builder.to_number)
+            for cell in cells:
+                console.print(f"{cell.index:4d}  {cell.label}")
+            console.print(f"{len(cells)} cells x {len(sweep.seeds())} seeds {sweep.seeds()}")
+            return
+        out_dir = out or Path("runs") / "sweeps" / sweep.spec.name
+        executor = make_executor(workers, dask)
+        try:
+            with sigterm_as_interrupt():
+                with cell_progress(not quiet, sweep.spec.name) as progress:
+                    report = run_sweep(sweep, out_dir, executor, on_progress=progress)
+        finally:
+            executor.close()
+        counts = report.counts
+        console.print(f"{len(report.cells)} cells x {len(report.seeds)} seeds on {report.executor}: "
+                      f"{counts.ran} run, {counts.skipped} already done, {counts.failed} failed")
+        for label, seed, error in report.failures[:10]:
+            err_console.print(f"[red]failed[/red] {label} seed {seed}: {error}")
+        if not quiet:
+            console.print("cells:\n" + cell_legend(report.cells))
+            for table in stats_tables(report.stats, report.metrics, f"{sweep.spec.name}: mean ± 95% CI over {len(report.seeds)} seeds"):
+                console.print(table)
+            if len(report.paired):
+                for table in paired_tables(report.paired, report.metrics):
+                    console.print(table)
+        console.print(f"results written to {report.out_dir}/ (results.parquet, stats.parquet, paired.parquet, cells/)")
+        if counts.failed:
+            raise typer.Exit(1)

@@ -1,0 +1,122 @@
+"""Executors: run many :class:`~agentsim.experiments.runs.RunTask` and yield outcomes as they finish.
+
+* :class:`LocalExecutor` - a process pool on this machine (default: all cores). With one
+  worker it runs in this process (no pool start-up, easiest to debug).
+* :class:`DaskExecutor` - dask.distributed: ``"local"`` starts a LocalCluster whose scheduler
+  and workers are separate processes; ``"tcp://HOST:PORT"`` connects to an existing scheduler.
+  Workers need agentsim importable (same environment); they need no shared files because
+  tasks carry resolved scenarios and outcomes carry the results.
+
+Both call the same pure function :func:`~agentsim.experiments.runs.execute_run`, so a sweep gives
+identical results (wall-clock keys aside) whichever executor runs it. Completion order differs;
+callers must not depend on it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Iterator
+
+from agentsim.errors import InputError
+from agentsim.experiments.runs import RunOutcome, RunTask, execute_run
+
+
+def default_workers() -> int:
+    """All cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class LocalExecutor:
+    """Process pool on this machine."""
+
+    def __init__(self, workers: int | None = None):
+        if workers is not None and workers < 1:
+            raise InputError(f"--workers must be at least 1, got {workers}", "command line")
+        self.workers = workers or default_workers()
+        self.description = f"local process pool, {self.workers} worker{'s' if self.workers != 1 else ''}"
+
+    def run(self, tasks: Iterable[RunTask]) -> Iterator[RunOutcome]:
+        tasks = list(tasks)
+        if not tasks:
+            return
+        if self.workers == 1 or len(tasks) == 1:
+            for task in tasks:
+                yield execute_run(task)
+            return
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # forkserver: workers do not inherit this process's threads (rich's progress refresher).
+        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)), mp_context=multiprocessing.get_context(method))
+        finished = False
+        try:
+            futures = [pool.submit(execute_run, task) for task in tasks]
+            for future in as_completed(futures):
+                yield future.result()
+            finished = True
+        finally:
+            if not finished:
+                # Interrupted (Ctrl-C, SIGTERM, consumer stopped): drop queued tasks and stop the
+                # workers now; runs in flight are lost, finished ones were persisted by the caller.
+                for process in list((pool._processes or {}).values()):
+                    process.terminate()
+            pool.shutdown(wait=finished, cancel_futures=True)
+
+    def close(self) -> None:
+        pass
+
+
+class DaskExecutor:
+    """dask.distributed client over a LocalCluster (``"local"``) or an existing scheduler address."""
+
+    def __init__(self, address: str, workers: int | None = None):
+        try:
+            from dask.distributed import Client, LocalCluster
+        except ImportError as exc:  # pragma: no cover - dask is a dependency
+            raise InputError(f"dask.distributed is not installed ({exc})", "--dask") from None
+        self.cluster = None
+        if address == "local":
+            n = workers or default_workers()
+            # processes=True: the scheduler's workers are separate processes (no GIL sharing).
+            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                        dashboard_address=None, silence_logs=40)
+            self.client = Client(self.cluster)
+            self.description = f"dask LocalCluster, {n} worker processes"
+        else:
+            if not address.startswith(("tcp://", "tls://", "inproc://", "ucx://", "ws://", "wss://")):
+                raise InputError(f"expected 'local' or a scheduler address like tcp://HOST:8786, got {address!r}", "--dask")
+            try:
+                self.client = Client(address, timeout="15s")
+            except (OSError, TimeoutError) as exc:
+                raise InputError(f"cannot connect to the Dask scheduler ({exc})", "--dask", address) from None
+            self.description = f"dask scheduler {address}"
+
+    def run(self, tasks: Iterable[RunTask]) -> Iterator[RunOutcome]:
+        from dask.distributed import as_completed
+
+        tasks = list(tasks)
+        if not tasks:
+            return
+        # pure=False: identical tasks are still separate runs; keys are unique per submission.
+        futures = self.client.map(execute_run, tasks, pure=False)
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        finally:
+            self.client.cancel(futures)
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def make_executor(workers: int | None = None, dask: str | None = None):
+    """The executor the command line asked for (Dask if ``dask`` is given, else local)."""
+    if dask:
+        return DaskExecutor(dask, workers)
+    return LocalExecutor(workers)
