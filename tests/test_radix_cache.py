@@ -139,3 +139,18 @@ def test_hit_count_and_path_touch():
     node = cache.match([1, 2, 3], 7.0).node
     assert node.last_access_s == 7.0
     assert node.hit_count == 2
+
+
+def test_invalidate_drops_only_the_unshared_tail_past_the_offset():
+    cache = make(50)
+    serve(cache, [1, 2, 3, 4, 5, 6], 0.0)          # a session's history
+    serve(cache, [1, 2, 3, 4, 70, 71], 1.0)        # a sub-agent branching at block 4
+    freed = cache.invalidate([1, 2, 3, 4, 5, 6], from_block=2)
+    # Blocks 5, 6 are private and go; 3, 4 are shared with the branch and stay.
+    assert freed == 2
+    assert resident_keys(cache) == {1, 2, 3, 4, 70, 71}
+    assert cache.evicted_by_reason["mutation"] == 2
+    cache.check_invariants()
+    freed = cache.invalidate([1, 2, 3, 4, 70, 71], from_block=3)
+    assert freed == 3 and resident_keys(cache) == {1, 2, 3}
+    cache.check_invariants()

@@ -281,6 +281,28 @@ class RadixCache:
             self.orphaned_blocks_total += len(child.keys)
             stack.extend(c for c in child.children.values() if not c.orphan)
 
+    def invalidate(self, keys: list[int], from_block: int, reason: str = "mutation") -> int:
+        """Context mutation: drop cached blocks of ``keys`` at positions ``>= from_block``.
+
+        Called when an agent rewrites its history (compaction, edits): its old blocks past the
+        rewrite offset can never be hit by it again. Only the sequence's own unshared tail is
+        dropped: the walk goes up from the deepest cached block and stops at a pinned node, at
+        a node other sequences continue (children), or at ``from_block``. Returns blocks freed.
+        """
+        node = self.match(keys, 0.0, touch=False).node
+        freed = 0
+        while (node.parent is not None and node.alive and node.end_block > from_block
+               and not node.children and node.lock_ref == 0):
+            parent = node.parent
+            take = node.end_block - max(node.start_block, from_block)
+            whole = take == len(node.keys)
+            self.remove_tail(node, take, reason)
+            freed += take
+            if not whole:
+                break
+            node = parent
+        return freed
+
     def expire(self, now_s: float, reason: str = "ttl_expiry") -> int:
         """Free the nodes the policy reports as expired at ``now_s`` (leaf first); returns blocks freed.
 

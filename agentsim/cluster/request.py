@@ -25,6 +25,7 @@ class LLMRequest:
     done: simpy.Event
     gap_before_s: float = float("nan")
     gap_kind: str = "first"
+    mutations: int = 0          # history rewrites (compactions, edits) of the session before this call
     # Filled by the serving instance.
     instance: int = -1
     admitted_s: float = float("nan")

@@ -34,6 +34,23 @@ class HardwareConfig(Strict):
     kv_capacity_bytes: Bytes | None = Field(None, gt=0, description="HBM bytes for KV per instance; derived from HBM minus weights minus reserve when absent")
     hbm_reserve_fraction: float = Field(0.10, ge=0, lt=1, description="HBM fraction kept for activations and workspace when deriving KV capacity")
     price_usd_per_gpu_hour: float = Field(6.0, ge=0, description="GPU-hour price for cost reports")
+    # --- memory hierarchy and topology (used when cache.tiers enables lower tiers) -------------
+    gpus_per_tray: int = Field(4, gt=0, description="GPUs per compute tray (they share the tray's NVMe drives)")
+    gpus_per_cpu: int = Field(2, gt=0, description="GPUs sharing one host CPU and its DRAM (Grace: 2)")
+    nvlink_domain_gpus: int = Field(72, gt=0, description="GPUs in one NVLink domain (peer-HBM hits stay inside it)")
+    dram_bytes_per_gpu: Bytes = Field(240e9, ge=0, description="host DRAM per GPU (the CPU's DRAM divided by its GPUs)")
+    h2d_bytes_per_s: BytesPerSecond = Field(150e9, gt=0, description="effective host-to-device copy bandwidth per GPU (DRAM -> HBM)")
+    d2h_bytes_per_s: BytesPerSecond = Field(130e9, gt=0, description="effective device-to-host copy bandwidth per GPU (HBM -> DRAM)")
+    nvlink_bytes_per_s: BytesPerSecond = Field(900e9, gt=0, description="NVLink bandwidth per GPU per direction")
+    nvlink_latency_s: Seconds = Field(2e-6, ge=0, description="NVLink GPU-to-GPU transfer latency")
+    transfer_setup_s: Seconds = Field(10e-6, ge=0, description="fixed setup cost per host<->device transfer (DMA launch)")
+    nvme_drives_per_tray: int = Field(4, ge=0, description="local NVMe drives per tray")
+    nvme_bytes_per_drive: Bytes = Field(3.84e12, ge=0, description="capacity of one NVMe drive")
+    nvme_read_bytes_per_s_per_drive: BytesPerSecond = Field(6.5e9, gt=0, description="sequential read bandwidth of one drive")
+    nvme_write_bytes_per_s_per_drive: BytesPerSecond = Field(3.5e9, gt=0, description="sequential write bandwidth of one drive")
+    nvme_latency_s: Seconds = Field(80e-6, ge=0, description="NVMe read latency per transfer")
+    nic_bytes_per_s: BytesPerSecond = Field(100e9, gt=0, description="scale-out NIC bandwidth per GPU per direction")
+    rdma_latency_s: Seconds = Field(5e-6, ge=0, description="network (RDMA) latency per transfer")
 
 
 class ModelConfig(Strict):
@@ -67,15 +84,88 @@ class PolicyRef(Strict):
         return value
 
 
+class TierConfig(Strict):
+    """One tier below HBM (DRAM, disk or remote store) of every serving instance.
+
+    ``write_policy`` says how blocks get here from the tier above: ``write_through`` copies a block
+    as soon as it enters the tier above, ``write_through_selective`` once it has been hit
+    ``write_through_hits`` times, ``write_back`` only when the tier above evicts it (demotion).
+    ``inclusive`` keeps this tier's copy when a block is loaded back up; exclusive tiers free it,
+    so a block is never resident in two tiers (exclusive requires ``write_back``).
+    """
+
+    enabled: bool = Field(True, description="set false to remove this tier (same scenario otherwise)")
+    capacity_bytes: Bytes | None = Field(None, gt=0, description="capacity per serving instance; default from the hardware (DRAM and NVMe share per instance)")
+    capacity_fraction: float = Field(0.8, gt=0, le=1, description="share of the hardware's DRAM/NVMe used for KV when capacity_bytes is absent")
+    eviction: PolicyRef = Field(default_factory=PolicyRef, description="this tier's eviction policy (any registered policy)")
+    write_policy: Literal["write_through", "write_through_selective", "write_back"] = "write_back"
+    write_through_hits: int = Field(2, ge=1, description="write_through_selective: hits before a block is copied down")
+    inclusive: bool = Field(True, description="keep this tier's copy when a block is loaded up (false: exclusive)")
+    bandwidth_bytes_per_s: BytesPerSecond | None = Field(None, gt=0, description="remote store: aggregate bandwidth of the shared store")
+    latency_s: Seconds | None = Field(None, ge=0, description="remote store: per-transfer latency")
+
+    @model_validator(mode="after")
+    def _exclusive_is_write_back(self):
+        if not self.inclusive and self.write_policy != "write_back":
+            raise ValueError("an exclusive tier (inclusive: false) must use write_policy write_back")
+        return self
+
+
+class PrefetchConfig(Strict):
+    """HiCache-style prefetch of disk/remote hits into DRAM, started when a request arrives.
+
+    ``none``: disk/remote hits are loaded on demand at admission (staged through DRAM).
+    ``best_effort``: the request is scheduled when it can be; whatever arrived is used.
+    ``wait_complete``: the request is not scheduled before its prefetch finished.
+    ``timeout``: as wait_complete, but for at most ``timeout_base_s + timeout_per_ki_token_s * tokens/1024``.
+    """
+
+    policy: Literal["none", "best_effort", "wait_complete", "timeout"] = "none"
+    threshold_tokens: int = Field(256, ge=0, description="prefetch only if the disk/remote hit is at least this long")
+    timeout_base_s: Seconds = Field(1.0, ge=0)
+    timeout_per_ki_token_s: Seconds = Field(0.25, ge=0)
+
+
+class TiersConfig(Strict):
+    """The memory hierarchy below HBM, and how hits in it are used."""
+
+    dram: TierConfig | None = Field(None, description="host DRAM tier (Grace LPDDR), reached over NVLink-C2C")
+    disk: TierConfig | None = Field(None, description="local NVMe tier, shared by the instances of a tray")
+    remote: TierConfig | None = Field(None, description="remote store over the network (shared bandwidth)")
+    peer_hbm: bool = Field(False, description="load prefixes held in HBM of another instance of the same NVLink domain")
+    load_rule: PolicyRef = Field(default_factory=lambda: PolicyRef(name="cost_model"),
+                                 description="how to choose load vs recompute for hits below HBM: cost_model, always_load, never_load")
+    overlap_layers: bool = Field(False, description="overlap loads layer by layer with the request's prefill")
+    prefetch: PrefetchConfig = Field(default_factory=PrefetchConfig)
+    on_tool_call: Literal["keep", "demote"] = Field("keep", description="when an agent starts a tool call: keep its KV in HBM or demote it to the next tier")
+    prefetch_before_return: bool = Field(False, description="bring a demoted session's KV back to HBM before its predicted return")
+    return_lead_s: Seconds = Field(0.5, ge=0, description="start that prefetch this long before the predicted return")
+
+    def enabled_tiers(self) -> list[tuple[str, TierConfig]]:
+        """Enabled lower tiers, top to bottom."""
+        out = []
+        for name in ("dram", "disk", "remote"):
+            tier = getattr(self, name)
+            if tier is not None and tier.enabled:
+                out.append((name, tier))
+        return out
+
+    def active(self) -> bool:
+        return bool(self.enabled_tiers()) or self.peer_hbm
+
+
 class CacheConfig(Strict):
     block_tokens: int = Field(64, gt=0, description="tokens per KV block (page)")
     eviction: PolicyRef = Field(default_factory=PolicyRef, description="HBM eviction policy")
+    tiers: TiersConfig | None = Field(None, description="tiers below HBM (DRAM, disk, remote, peer HBM); absent = HBM only")
 
 
 class ServingConfig(Strict):
     max_batch_requests: int = Field(128, gt=0, description="most requests in one running batch")
     prefill_chunk_tokens: int = Field(8192, gt=0, description="chunked prefill: token budget per iteration")
     router: str = Field("least_loaded", description="how requests pick an instance: round_robin, least_loaded, prefix_affinity")
+    router_params: dict[str, Any] = Field(default_factory=dict, description="router parameters (prefix_affinity: load_penalty_tokens)")
+    sticky_sessions: bool = Field(False, description="send every call of a session to the instance that served its first call")
 
 
 class Arrival(Strict):
@@ -91,6 +181,18 @@ class Arrival(Strict):
     concurrent: int | None = Field(None, gt=0)
     ramp_s: Seconds = Field(0.0, ge=0, description="population: spread the initial session starts uniformly over this time")
     restart_delay_s: Seconds = Field(0.0, ge=0)
+    diurnal: list[float] | None = Field(None, description="poisson: 24 hourly rate multipliers (hour 0 starts at t=0), repeating daily")
+    bursts: list["Burst"] = Field(default_factory=list, description="poisson: windows where the rate is multiplied")
+
+    @field_validator("diurnal")
+    @classmethod
+    def _diurnal_shape(cls, value):
+        if value is not None:
+            if len(value) != 24:
+                raise ValueError(f"diurnal needs 24 hourly multipliers, got {len(value)}")
+            if any(v < 0 for v in value) or not any(v > 0 for v in value):
+                raise ValueError("diurnal multipliers must be >= 0 and not all zero")
+        return value
 
     @model_validator(mode="after")
     def _check_kind(self):
@@ -101,6 +203,14 @@ class Arrival(Strict):
         return self
 
 
+class Burst(Strict):
+    """A burst: between ``start_s`` and ``start_s + duration_s`` the arrival rate is multiplied."""
+
+    start_s: Seconds = Field(ge=0)
+    duration_s: Seconds = Field(gt=0)
+    multiplier: float = Field(gt=0)
+
+
 class SubAgents(Strict):
     """Sub-agent fan-out: after a call, with ``probability`` the agent spawns ``fanout``
     sub-agents that share its history as their prefix, run concurrently, and are joined
@@ -109,6 +219,7 @@ class SubAgents(Strict):
     probability: float = Field(0.0, ge=0, le=1)
     fanout: DistributionSpec = Field(default=2)
     calls: DistributionSpec = Field(default=5, description="LLM calls each sub-agent makes")
+    system_tokens: int = Field(0, ge=0, description="the sub-agents' own system/tools prompt, after the parent's prefix (shared by siblings)")
     task_tokens: DistributionSpec = Field(default=2000, description="tokens of the sub-agent's own task appended to the shared prefix")
     result_tokens: DistributionSpec = Field(default=1000, description="tokens the parent appends when it joins a sub-agent")
 
@@ -127,6 +238,17 @@ class Compaction(Strict):
         return self
 
 
+class Edits(Strict):
+    """Context edits: after a call, with ``probability`` the agent drops stale tool output at a
+    depth (a uniform fraction of its private history between ``min_depth_fraction`` and 1);
+    ``dropped_tokens`` are removed there and everything after is rewritten, so cached blocks
+    past that offset no longer match."""
+
+    probability: float = Field(0.0, ge=0, le=1)
+    min_depth_fraction: float = Field(0.3, ge=0, le=1)
+    dropped_tokens: DistributionSpec = Field(default=2000)
+
+
 class AgentClass(Strict):
     """One kind of agent (coding agent, chat user, batch tool agent ...)."""
 
@@ -142,6 +264,7 @@ class AgentClass(Strict):
     max_context_tokens: int = Field(200_000, gt=0, description="prompts are capped at this length (the model's window)")
     subagents: SubAgents = Field(default_factory=SubAgents)
     compaction: Compaction | None = None
+    edits: Edits | None = None
 
 
 class WorkloadConfig(Strict):
@@ -218,3 +341,6 @@ class Scenario(Strict):
 
     def kv_capacity_blocks_per_instance(self) -> int:
         return int(self.kv_capacity_bytes_per_instance() // (self.cache.block_tokens * self.model.kv_bytes_per_token))
+
+
+Arrival.model_rebuild()

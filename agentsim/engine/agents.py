@@ -31,6 +31,7 @@ class WorkloadCounters:
     sessions_context_full: int = 0
     subagents_spawned: int = 0
     compactions: int = 0
+    edits: int = 0
     invalidated_blocks: int = 0
     active_sessions: int = 0
 
@@ -54,6 +55,7 @@ class AgentClassModel:
         self.sub_calls = build(sub.calls)
         self.sub_task = build(sub.task_tokens)
         self.sub_result = build(sub.result_tokens)
+        self.edit_dropped = build(spec.edits.dropped_tokens) if spec.edits is not None else None
 
 
 def _count(sampler: Sampler, rng: np.random.Generator, minimum: int = 0) -> int:
@@ -66,7 +68,11 @@ def _count(sampler: Sampler, rng: np.random.Generator, minimum: int = 0) -> int:
 class AgentDriver:
     """Starts sessions of every agent class and runs them until ``end_s``."""
 
-    def __init__(self, env: simpy.Environment, scenario, submit: Callable[[LLMRequest], None]):
+    def __init__(self, env: simpy.Environment, scenario, submit: Callable[[LLMRequest], None],
+                 on_mutation: Callable[[int, list[int], int], None] | None = None):
+        """``submit(request)`` hands a call to the cluster; ``on_mutation(instance, old_keys,
+        from_block)`` is told when an agent rewrites its history (compaction or an edit)."""
+        self.on_mutation = on_mutation
         self.env = env
         self.scenario = scenario
         self.submit = submit
@@ -95,13 +101,20 @@ class AgentDriver:
 
     # --- arrivals ---------------------------------------------------------------------------
     def _poisson(self, model: AgentClassModel):
+        """Poisson arrivals; with a diurnal profile or bursts, a non-homogeneous Poisson process
+        sampled by thinning against the peak rate."""
         rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(0, model.index)))
-        rate = model.spec.arrival.rate_per_s
+        arrival = model.spec.arrival
+        peak = arrival_rate_multiplier_peak(arrival)
+        rate_max = arrival.rate_per_s * peak
+        t = self.env.now
         while True:
-            wait = float(rng.exponential(1.0 / rate))
-            if self.env.now + wait >= self.end_s:
+            t += float(rng.exponential(1.0 / rate_max))
+            if t >= self.end_s:
                 return
-            yield self.env.timeout(wait)
+            if peak != 1.0 and rng.random() * peak > arrival_rate_multiplier(arrival, t):
+                continue
+            yield self.env.timeout(t - self.env.now)
             self.env.process(self._session(model))
 
     def _population_slot(self, model: AgentClassModel, delay_s: float):
@@ -135,26 +148,36 @@ class AgentDriver:
         env = self.env
         spec = model.spec
         gap_s, gap_kind = float("nan"), "first"
+        last_instance = -1
+        mutations = 0
         for call_index in range(n_calls):
             if call_index > 0 and env.now >= self.end_s:
                 return
             if spec.compaction is not None and stream.tokens > spec.compaction.trigger_tokens:
                 self.counters.compactions += 1
+                old_keys = list(stream.keys)
                 self.counters.invalidated_blocks += stream.rewrite_after(spec.compaction.keep_tokens)
+                self._mutated(last_instance, old_keys, stream.shared_blocks)
+                mutations += 1
             if stream.tokens > spec.max_context_tokens:
                 self.counters.sessions_context_full += 1
                 return
-            yield from self._call(model, stream, rng, session_id, depth, call_index, gap_s, gap_kind)
+            request = yield from self._call(model, stream, rng, session_id, depth, call_index, gap_s, gap_kind, mutations)
+            last_instance = request.instance
             if call_index == n_calls - 1:
                 return
             if depth == 0 and model.sub_probability > 0 and rng.random() < model.sub_probability:
                 start = env.now
                 fanout = _count(model.sub_fanout, rng, 1)
                 children = []
+                # Siblings share the parent's history plus the sub-agents' own system prompt.
+                base = stream.fork()
+                base.append(model.spec.subagents.system_tokens)
+                base.shared_blocks = len(base.keys)
                 for k in range(fanout):
                     child_rng = np.random.default_rng(
                         np.random.SeedSequence(self.seed, spawn_key=(2, model.index, session_id, call_index, k)))
-                    child = stream.fork()
+                    child = base.fork()
                     child.append(_count(model.sub_task, child_rng, 1))
                     calls = _count(model.sub_calls, child_rng, 1)
                     self.counters.subagents_spawned += 1
@@ -171,8 +194,22 @@ class AgentDriver:
                 gap_s, gap_kind = max(0.0, model.tool_gap.sample(rng)), "tool"
             yield env.timeout(gap_s)
             stream.append(_count(model.appended, rng, 0))
+            edits = spec.edits
+            if edits is not None and edits.probability > 0 and rng.random() < edits.probability:
+                shared_tokens = stream.shared_blocks * self.block_tokens
+                depth_fraction = rng.uniform(edits.min_depth_fraction, 1.0)
+                offset = shared_tokens + int((stream.tokens - shared_tokens) * depth_fraction)
+                old_keys = list(stream.keys)
+                self.counters.edits += 1
+                self.counters.invalidated_blocks += stream.rewrite_from(offset, _count(model.edit_dropped, rng, 0))
+                self._mutated(last_instance, old_keys, offset // self.block_tokens)
+                mutations += 1
 
-    def _call(self, model, stream: TokenStream, rng, session_id, depth, call_index, gap_s, gap_kind):
+    def _mutated(self, instance: int, old_keys: list[int], from_block: int) -> None:
+        if self.on_mutation is not None and instance >= 0:
+            self.on_mutation(instance, old_keys, from_block)
+
+    def _call(self, model, stream: TokenStream, rng, session_id, depth, call_index, gap_s, gap_kind, mutations=0):
         prompt_tokens = stream.tokens
         output_tokens = _count(model.output, rng, 1)
         prompt_keys = stream.full_block_keys(prompt_tokens)
@@ -182,8 +219,28 @@ class AgentDriver:
             request_id=self._next_request_id, session_id=session_id, agent_class=model.name, depth=depth,
             call_index=call_index, arrival_s=self.env.now, prompt_tokens=prompt_tokens,
             output_tokens=output_tokens, prompt_keys=prompt_keys, total_keys=total_keys,
-            done=self.env.event(), gap_before_s=gap_s, gap_kind=gap_kind,
+            done=self.env.event(), gap_before_s=gap_s, gap_kind=gap_kind, mutations=mutations,
         )
         self._next_request_id += 1
         self.submit(request)
         yield request.done
+        return request
+
+
+def arrival_rate_multiplier(arrival, t_s: float) -> float:
+    """The Poisson rate multiplier at time ``t_s`` (diurnal profile times active bursts)."""
+    multiplier = 1.0
+    if arrival.diurnal is not None:
+        multiplier *= arrival.diurnal[int(t_s // 3600) % 24]
+    for burst in arrival.bursts:
+        if burst.start_s <= t_s < burst.start_s + burst.duration_s:
+            multiplier *= burst.multiplier
+    return multiplier
+
+
+def arrival_rate_multiplier_peak(arrival) -> float:
+    """An upper bound of :func:`arrival_rate_multiplier` over all times."""
+    peak = max(arrival.diurnal) if arrival.diurnal is not None else 1.0
+    for burst in arrival.bursts:
+        peak *= max(1.0, burst.multiplier)
+    return peak

@@ -60,13 +60,20 @@ class Simulation:
                 on_finish=self._on_finish, check_invariants=scenario.run.check_invariants,
             ))
         self.router = ROUTERS.get(scenario.serving.router)(self.instances)
-        self.driver = AgentDriver(self.env, scenario, self._submit)
+        self.driver = AgentDriver(self.env, scenario, self._submit, on_mutation=self._on_mutation)
+        self.request_observers: list[Callable[[LLMRequest], None]] = []
         self.in_flight = 0
         # Triggered once the duration has passed and no call is in flight: agents then only
         # wait on gaps after which they would not call again, so the run is over.
         self.finished = self.env.event()
 
+    def _on_mutation(self, instance: int, old_keys: list[int], from_block: int) -> None:
+        """An agent rewrote its history: its old blocks past the offset are dead (reason mutation)."""
+        self.instances[instance].cache.invalidate(old_keys, from_block, reason="mutation")
+
     def _submit(self, request: LLMRequest) -> None:
+        for observe in self.request_observers:
+            observe(request)
         self.in_flight += 1
         self.router.submit(request)
 
@@ -156,6 +163,7 @@ class Simulation:
             "sessions_context_full": counters.sessions_context_full,
             "subagents": counters.subagents_spawned,
             "compactions": counters.compactions,
+            "edits": counters.edits,
             "invalidated_blocks": counters.invalidated_blocks,
             "kv_capacity_blocks": self.capacity_blocks * len(self.instances),
             "kv_capacity_bytes": self.capacity_blocks * len(self.instances) * self.block_tokens * scenario.model.kv_bytes_per_token,

@@ -62,6 +62,17 @@ class TokenStream:
         self._fill()
         return old_blocks - self.shared_blocks
 
+    def rewrite_from(self, offset_tokens: int, removed_tokens: int) -> int:
+        """Edit: tokens before ``offset_tokens`` stay; ``removed_tokens`` after it are dropped and
+        the rest is rewritten (new keys). Returns the number of block keys invalidated."""
+        offset_tokens = max(self.shared_blocks * self.block_tokens, min(int(offset_tokens), self.tokens))
+        keep_blocks = offset_tokens // self.block_tokens
+        old_blocks = len(self.keys)
+        self.keys = self.keys[:keep_blocks]
+        self.tokens = max(offset_tokens, self.tokens - max(0, int(removed_tokens)))
+        self._fill()
+        return old_blocks - keep_blocks
+
     def fork(self) -> "TokenStream":
         """A copy that shares this stream's history as its prefix (for sub-agents)."""
         child = TokenStream(self.block_tokens, self._alloc, self.keys, self.tokens, shared_blocks=len(self.keys))
