@@ -28,6 +28,7 @@ existing ``pareto`` spec carries it without a new family.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -186,7 +187,19 @@ def fit_family(family: Family, sample: Sample) -> tuple[FittedDistribution, np.n
         return -total if np.isfinite(total) else math.inf
 
     theta0 = family.start(start_x)
-    if family.n_params == 1:
+    with warnings.catch_warnings():
+        # Infinite objective values (parameters far outside the data) are expected and rejected;
+        # scipy's simplex convergence test then warns about inf - inf.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        theta, best = _minimise(objective, theta0, family.n_params)
+    if not np.isfinite(best):
+        raise ValueError(f"{family.name}: no finite likelihood")
+    fitted = _build(family, theta, sample.zero_fraction, split)
+    return fitted, theta, -best + zero_mass_loglik(sample)
+
+
+def _minimise(objective, theta0: np.ndarray, n_params: int) -> tuple[np.ndarray, float]:
+    if n_params == 1:
         # A bracketed 1-D search is faster and safer than a simplex in one dimension.
         result = optimize.minimize_scalar(lambda t: objective(np.array([t])),
                                           bracket=(theta0[0] - 1.0, theta0[0] + 1.0))
@@ -202,7 +215,4 @@ def fit_family(family: Family, sample: Sample) -> tuple[FittedDistribution, np.n
             if result.fun <= best:
                 best_theta, best = result.x, float(result.fun)
         theta = np.asarray(best_theta, dtype=float)
-    if not np.isfinite(best):
-        raise ValueError(f"{family.name}: no finite likelihood")
-    fitted = _build(family, theta, sample.zero_fraction, split)
-    return fitted, theta, -best + zero_mass_loglik(sample)
+    return theta, best

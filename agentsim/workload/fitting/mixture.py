@@ -24,6 +24,8 @@ from agentsim.workload.fitting.model import FittedDistribution, _round, log1mexp
 from agentsim.workload.fitting.sample import Sample
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+_SCREEN_ITER = 25
+_FINALISTS = 2  # screened starts run to convergence
 _MIN_SIGMA = 1e-3  # keeps exact-data EM away from the degenerate zero-variance spikes
 
 
@@ -120,7 +122,7 @@ def _em(data: _Data, weights, mu, sigma, max_iter: int, tol: float):
 
 
 def fit_lognormal_mixture(sample: Sample, components: int, rng: np.random.Generator,
-                          random_starts: int = 2, max_iter: int = 500,
+                          random_starts: int = 6, max_iter: int = 500,
                           tol: float = 1e-9) -> tuple[FittedDistribution, dict, float]:
     """EM fit of a ``components``-lognormal mixture.
 
@@ -141,9 +143,17 @@ def fit_lognormal_mixture(sample: Sample, components: int, rng: np.random.Genera
     for _ in range(random_starts):
         centres = np.sort(rng.choice(y, size=components, replace=False))
         starts.append((np.full(components, 1.0 / components), centres, np.full(components, spread / components)))
-    best = None
+    # Short-run EM: every start gets a few iterations, only the most likely ones run to
+    # convergence (the usual cheap screen; full runs from every start cost several times more).
+    screened = []
     for weights, mu, sigma in starts:
-        result = _em(data, weights, mu, np.maximum(sigma, _MIN_SIGMA), max_iter, tol)
+        result = _em(data, weights, mu, np.maximum(sigma, _MIN_SIGMA), _SCREEN_ITER, tol)
+        if result is not None:
+            screened.append(result)
+    screened.sort(key=lambda r: -r[3])
+    best = None
+    for weights, mu, sigma, _ in screened[:_FINALISTS]:
+        result = _em(data, weights, mu, sigma, max_iter, tol)
         if result is not None and (best is None or result[3] > best[3]):
             best = result
     if best is None:

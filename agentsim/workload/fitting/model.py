@@ -57,11 +57,14 @@ class FittedDistribution:
     _split: float = field(default=1.0, repr=False)
 
     # -- continuous part G --------------------------------------------------------------------
-    def _component_log(self, method: str, x: np.ndarray) -> np.ndarray:
+    def _component_log(self, method: str, x) -> np.ndarray:
+        """``log sum_k w_k f_k(x)`` for ``method`` in logpdf/logcdf/logsf; same shape as ``x``."""
+        x = np.asarray(x, dtype=float)
+        flat = x.reshape(-1)
         logw = np.log(self.weights)[:, None]
         with np.errstate(divide="ignore"):
-            parts = np.stack([getattr(dist, method)(x) for dist in self.frozen])
-        return logsumexp(parts + logw, axis=0)
+            parts = np.stack([getattr(dist, method)(flat) for dist in self.frozen])
+        return logsumexp(parts + logw, axis=0).reshape(x.shape)
 
     def cont_logpdf(self, x):
         return self._component_log("logpdf", np.asarray(x, dtype=float))

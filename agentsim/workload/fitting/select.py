@@ -28,6 +28,20 @@ MIN_FIT_SAMPLES = 20
 DEFAULT_CANDIDATES = ("lognormal", "gamma", "weibull", "exponential", "loglogistic", "lomax",
                       "lognormal_mix2", "lognormal_mix3")
 CRITERIA = ("bic", "aic")
+
+
+def candidate_names(max_components: int = 3) -> tuple[str, ...]:
+    """The single-law families plus lognormal mixtures of 2..``max_components`` components.
+
+    The default (3) is the documented candidate set; 4 or more can fit long tails better, but EM
+    then has several local optima and the choice can depend on the seed (see docs/fitting.md).
+    """
+    if max_components < 1:
+        raise ValueError("max_components must be >= 1")
+    return tuple(name for name in DEFAULT_CANDIDATES if not name.startswith("lognormal_mix")) + tuple(
+        f"lognormal_mix{k}" for k in range(2, max_components + 1))
+
+
 QUANTILE_LEVELS = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
 
 
@@ -89,7 +103,8 @@ def _candidate(name: str, sample: Sample, rng: np.random.Generator, gof_x: np.nd
         else:
             raise KeyError(name)
     except KeyError:
-        raise ValueError(f"unknown candidate family {name!r}; known: {', '.join(DEFAULT_CANDIDATES)}") from None
+        raise ValueError(f"unknown candidate family {name!r}; known: {', '.join(DEFAULT_CANDIDATES)}, "
+                         "lognormal_mixK") from None
     except (ValueError, FloatingPointError) as exc:
         nan = float("nan")
         return Candidate(name, 0, {}, nan, nan, nan, nan, nan, None, str(exc))
@@ -100,7 +115,8 @@ def _candidate(name: str, sample: Sample, rng: np.random.Generator, gof_x: np.nd
     return Candidate(name, k, params, loglik, 2 * k - 2 * loglik, k * math.log(n) - 2 * loglik, ks, ad, fitted)
 
 
-def _quantiles(values: np.ndarray) -> dict:
+def empirical_quantiles(values: np.ndarray) -> dict:
+    """p50/p90/p99 of the observations (numpy's default linear interpolation)."""
     return {key: _round(float(np.quantile(values, q))) for key, q in QUANTILE_LEVELS.items()}
 
 
@@ -115,7 +131,7 @@ def fit_quantity(sample: Sample, seed: int = 0, candidates=DEFAULT_CANDIDATES,
         raise ValueError(f"unknown criterion {criterion!r}; use one of {', '.join(CRITERIA)}")
     if sample.n == 0:
         raise ValueError("no observations")
-    empirical = _quantiles(sample.values)
+    empirical = empirical_quantiles(sample.values)
     if sample.n < MIN_FIT_SAMPLES or np.unique(sample.values).size < 3:
         values = sorted(float(v) for v in sample.values)
         cand = Candidate("empirical", 0, {"values": values}, float("nan"), float("nan"), float("nan"),
