@@ -11,5 +11,14 @@ from agentsim.cache.policies import slru  # noqa: E402,F401
 from agentsim.cache.policies import twoq  # noqa: E402,F401
 from agentsim.cache.policies import s3fifo  # noqa: E402,F401
 from agentsim.cache.policies import sieve  # noqa: E402,F401
+from agentsim.cache.policies import arc  # noqa: E402,F401
+from agentsim.cache.policies import w_tinylfu  # noqa: E402,F401
+from agentsim.cache.policies import vllm_lru  # noqa: E402,F401
+from agentsim.cache.policies import lfu  # noqa: E402,F401
+from agentsim.cache.policies import gdsf  # noqa: E402,F401
+from agentsim.cache.policies import tlru  # noqa: E402,F401
+from agentsim.cache.policies import belady  # noqa: E402,F401
+from agentsim.cache.policies import ttl_expiry  # noqa: E402,F401
+from agentsim.cache.policies import admission  # noqa: E402,F401  (A1 filters: ADMISSION_FILTERS)
 
 __all__ = ["EVICTION_POLICIES"]

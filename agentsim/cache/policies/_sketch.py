@@ -1,0 +1,46 @@
+"""Count-min frequency sketch with periodic halving (TinyLFU; policies spec section 3.10).
+
+4 rows of small saturating counters (cap 15, the 4-bit counters of the paper) indexed by a
+seeded multiplicative hash of the block key; after ``sample_size`` increments every counter
+is halved ("reset"), so the sketch tracks recent frequency. Deterministic: no Python ``hash``
+randomisation is involved (keys are integers, the row seeds are fixed odd constants).
+"""
+
+from __future__ import annotations
+
+_SEEDS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93)
+_MASK64 = (1 << 64) - 1
+
+
+class FrequencySketch:
+    def __init__(self, width: int, sample_size: int, counter_max: int = 15):
+        self.width = 1 << max(4, (max(1, width) - 1).bit_length())
+        self.shift = 64 - (self.width.bit_length() - 1)
+        self.rows = [[0] * self.width for _ in _SEEDS]
+        self.sample_size = max(1, sample_size)
+        self.counter_max = counter_max
+        self.additions = 0
+        self.resets = 0
+
+    def _indexes(self, key: int):
+        key &= _MASK64
+        shift = self.shift
+        return [((key * seed) & _MASK64) >> shift for seed in _SEEDS]
+
+    def estimate(self, key: int) -> int:
+        return min(row[i] for row, i in zip(self.rows, self._indexes(key)))
+
+    def increment(self, key: int, amount: int = 1) -> None:
+        cap = self.counter_max
+        for row, i in zip(self.rows, self._indexes(key)):
+            value = row[i] + amount
+            row[i] = cap if value > cap else value
+        self.additions += 1
+        if self.additions >= self.sample_size:
+            self.additions //= 2
+            self.resets += 1
+            for row in self.rows:
+                row[:] = [v >> 1 for v in row]
+
+    def state_bytes(self) -> int:
+        return len(self.rows) * self.width // 2  # 4-bit counters

@@ -1,0 +1,110 @@
+"""ARC (Megiddo & Modha, FAST'03; policies spec section 3.6; libCacheSim ``ARC.c``).
+
+T1 (runs seen once recently), T2 (seen at least twice), ghost lists B1/B2 of block keys and
+an adaptive target ``p`` for T1, initially 0. A hit moves a run to T2 MRU. Missing blocks
+found in B1 raise p by ``max(1, |B2| // |B1|)`` each (B2: lower p by ``max(1, |B1| // |B2|)``),
+are removed from the ghost and inserted into T2; other blocks go to T1. Each eviction is one
+REPLACE: evict the T1 LRU (into B1) if ``|T1| > p`` or (the pending block was a B2 hit and
+``|T1| == p``), else the T2 LRU (into B2); before a full-miss REPLACE the ghosts are trimmed
+so ``|T1| + |B1| <= c`` and the total stays within 2c, and when T1 alone fills the cache its
+LRU is dropped without a ghost entry (libCacheSim's case A).
+[sim-choice] Ghost hits adjust p at lookup, before the evictions made for the request (the
+cache evicts before it inserts); sizes are in blocks and a REPLACE evicts a whole run (the
+cache trims only what it needs). Caveat (spec): with path-touch, one repeat call makes an
+agent's whole history "frequent". ``describe()`` reports |T1|, |T2| and p.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.policies._queues import Ghost, Queue, QueuePolicy, lookup_ghost_hits, split_by_membership
+
+
+@EVICTION_POLICIES.register("arc")
+class ARC(QueuePolicy):
+    """Adaptive replacement cache over runs."""
+
+    def __init__(self, params=None):
+        super().__init__(params)
+        self.t1 = Queue("t1")
+        self.t2 = Queue("t2")
+        self.p = 0
+        self._ghost_hits: set[int] = set()
+        self._pending_b2: deque[bool] = deque()
+        self._drop_without_ghost = None
+
+    def bind(self, cache):
+        super().bind(cache)
+        self.c = cache.capacity_blocks
+        # Ghost sizes are bounded by the REPLACE rules below (one ghost entry per eviction),
+        # the Ghost capacities are only a safety net.
+        self.b1 = Ghost(2 * self.c)
+        self.b2 = Ghost(2 * self.c)
+
+    def on_lookup(self, keys, hit_blocks, now_s):
+        found = lookup_ghost_hits([self.b1, self.b2], keys, hit_blocks)
+        self._ghost_hits = {key for key, _ in found}
+        self._pending_b2 = deque()
+        for key, index in found:  # deepest first, as a per-block stream would see them
+            b1, b2 = len(self.b1), len(self.b2)
+            if index == 0:
+                self.p = min(self.p + max(b2 // b1, 1), self.c)
+                self.b1.discard((key,))
+            else:
+                self.p = max(self.p - max(b1 // b2, 1), 0)
+                self.b2.discard((key,))
+            self._pending_b2.append(index == 1)
+
+    def _admit_new(self, node, now_s):
+        for part, was_ghost in split_by_membership(self.cache, node, self._ghost_hits):
+            if part.policy_data is None:
+                part.policy_data = type(node.policy_data)()
+            self._place(part, self.t2 if was_ghost else self.t1)
+        self._pending_b2.clear()
+
+    def _on_touch(self, node, hit, now_s):
+        entry = node.policy_data
+        self._place(node, self.t2 if hit else entry.queue)
+
+    def _replace(self, in_b2: bool):
+        t1 = self.t1.blocks
+        if t1 > 0 and (t1 > self.p or (t1 == self.p and in_b2)):
+            return self._front(self.t1) or self._front(self.t2)
+        return self._front(self.t2) or self._front(self.t1)
+
+    def _select(self, now_s):
+        if self._pending_b2:
+            return self._replace(self._pending_b2.popleft())
+        c = self.c
+        if self.t1.blocks + len(self.b1) + 1 > c:
+            if self.t1.blocks < c:
+                self.b1.trim(max(0, len(self.b1) - 1))
+                return self._replace(False)
+            node = self._front(self.t1) or self._front(self.t2)
+            self._drop_without_ghost = node
+            return node
+        if self.t1.blocks + self.t2.blocks + len(self.b1) + len(self.b2) >= 2 * c:
+            self.b2.trim(max(0, len(self.b2) - 1))
+        return self._replace(False)
+
+    def _on_removed(self, node, queue, reason):
+        if self._drop_without_ghost is node:
+            self._drop_without_ghost = None
+            return
+        if queue is self.t1:
+            self.b1.add(node.keys)
+        elif queue is self.t2:
+            self.b2.add(node.keys)
+
+    def _eviction_order(self):
+        return [self.t1, self.t2] if self.t1.blocks > self.p else [self.t2, self.t1]
+
+    def state_bytes(self):
+        return self.b1.state_bytes() + self.b2.state_bytes()
+
+    def describe(self):
+        out = super().describe()
+        out.update(t1_blocks=self.t1.blocks, t2_blocks=self.t2.blocks, p_blocks=self.p)
+        return out

@@ -1,0 +1,84 @@
+"""GDSF with recompute cost (Cherkasova 1998; policies spec section 3.11).
+
+Each run has ``H = L + F * C / C0``: F = hits while resident + 1, C = the recompute cost of
+the run's deepest block (the one the cache trims first), C0 = the cost of block 0 (a scale so
+H stays near 1), L = the inflation value, raised to the H of every evicted run. The smallest
+H is evicted (ties: older access, deeper, older node). H is recomputed with the current L at
+every insert and hit.
+
+Cost model ``flops`` (default): prefill FLOPs of block b with B = ``block_tokens`` tokens
+attending to ``b * B`` cached tokens before it,
+``C(b) = B * (2 * active_params + 2 * attn_coeff * (b * B + B / 2))``, where ``attn_coeff`` is
+the model's sum over layers of heads x (d_qk + d_v) (the scenario's ``model.attn_coeff``).
+Deeper blocks cost more, the opposite incentive to vLLM's tail-first rule. Cost model
+``unit`` (C = C0) makes GDSF exactly LFU with dynamic aging (LFU-DA). Block size S is
+constant in block units, so it cancels. [sim-choice] Tier-aware cost (the load time from a
+lower tier when the block is resident there) is left to the tiered cache, which can subclass
+and override :meth:`GDSF.cost`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.policy import KeyedLeafPolicy
+
+
+class GDSFParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cost_model: Literal["flops", "unit"] = Field("flops", description="flops: position-aware prefill FLOPs; unit: LFU-DA")
+    block_tokens: int = Field(64, gt=0, description="tokens per block (the scenario's cache.block_tokens)")
+    active_params: float = Field(37e9, gt=0, description="parameters active per token")
+    attn_coeff: float = Field(2.5e6, ge=0, description="sum over layers of heads x (d_qk + d_v)")
+
+
+@EVICTION_POLICIES.register("gdsf")
+class GDSF(KeyedLeafPolicy):
+    """Greedy-Dual-Size-Frequency with position-aware recompute cost."""
+
+    Params = GDSFParams
+
+    def __init__(self, params=None):
+        super().__init__(params)
+        self.inflation = 0.0
+        self._c0 = self._raw_cost(0)
+
+    def _raw_cost(self, block_index: int) -> float:
+        p = self.params
+        if p.cost_model == "unit":
+            return 1.0
+        b = p.block_tokens
+        return b * (2.0 * p.active_params + 2.0 * p.attn_coeff * (block_index * b + b / 2.0))
+
+    def cost(self, node) -> float:
+        """Relative recompute cost of ``node``'s deepest block (block 0 costs 1)."""
+        return self._raw_cost(node.end_block - 1) / self._c0
+
+    def _rescore(self, node):
+        frequency = node.hit_count + 1
+        node.policy_data = self.inflation + frequency * self.cost(node)
+
+    def key(self, node):
+        return (node.policy_data, node.last_access_s, -node.end_block)
+
+    def on_insert(self, node, now_s):
+        self._rescore(node)
+        super().on_insert(node, now_s)
+
+    def on_access(self, node, now_s, hit=False):
+        if hit or node.policy_data is None:
+            self._rescore(node)
+        super().on_access(node, now_s, hit)
+
+    def on_split(self, upper, lower):
+        # Same F and L; each part is priced by its own deepest block.
+        upper.policy_data = lower.policy_data - (lower.hit_count + 1) * self.cost(lower) + (upper.hit_count + 1) * self.cost(upper) \
+            if lower.policy_data is not None else None
+        super().on_split(upper, lower)
+
+    def on_remove(self, node, blocks, reason):
+        if reason == "capacity" and node.policy_data is not None:
+            self.inflation = max(self.inflation, node.policy_data)
