@@ -139,9 +139,21 @@ def run_fit(traces: list[str], out: Path, fmt: str = "auto", seed: int = 0, crit
     out.parent.mkdir(parents=True, exist_ok=True)
     header = ("# Distributions fitted by `agentsim fit` (see docs/fitting.md). Reference one from a scenario as\n"
               f"# {{fit: {out.name}#QUANTITY}}. Regenerate with: {command}\n")
-    out.write_text(header + yaml.safe_dump(document, sort_keys=False, width=120, allow_unicode=True))
+    out.write_text(header + yaml.dump(document, Dumper=_plain_dumper(), sort_keys=False, width=120, allow_unicode=True))
     say(f"wrote {out} in {time.perf_counter() - started:.1f} s")
     return document
+
+
+def _plain_dumper():
+    import yaml
+
+    class PlainDumper(yaml.SafeDumper):
+        """Safe YAML without anchors/aliases (repeated lists are written out: easier to read and edit)."""
+
+        def ignore_aliases(self, data):  # noqa: D401 - yaml API
+            return True
+
+    return PlainDumper
 
 
 def _version() -> str:
