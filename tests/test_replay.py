@@ -1,0 +1,211 @@
+"""Cache-only replay: hit-ratio definition, exactness against a naive block LRU, all policies,
+the Mooncake golden numbers, and the ``agentsim replay`` command."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from array import array
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.errors import InputError
+from agentsim.replay import canonicalize, replay_cache_only
+from agentsim.workload.traces import TraceRequest, load_requests
+from tests.conftest import SHARED_DATA, run_cli
+
+FIXTURES = Path(__file__).parent / "fixtures" / "traces"
+MOONCAKE_FULL = SHARED_DATA / "mooncake" / "conversation_trace.jsonl.gz"
+
+
+def make_request(i: int, keys, block_tokens: int = 16, input_tokens: int | None = None) -> TraceRequest:
+    keys = list(keys)
+    return TraceRequest(index=i, timestamp_s=float(i), session_id="s", input_tokens=input_tokens or len(keys) * block_tokens,
+                        output_tokens=1, block_keys=array("q", keys), block_tokens=block_tokens)
+
+
+def random_prefix_trace(seed: int, n_requests: int = 120) -> list[TraceRequest]:
+    """Requests that extend, branch from or truncate earlier ones (prefix keys, shared prefixes)."""
+    rng = np.random.default_rng(seed)
+    next_key = 1
+    out: list[TraceRequest] = []
+    for i in range(n_requests):
+        if out and rng.random() < 0.75:
+            base = list(out[int(rng.integers(len(out)))].block_keys)
+            base = base[: int(rng.integers(0, len(base) + 1))]
+        else:
+            base = []
+        extra = int(rng.integers(0 if base else 1, 8))
+        keys = base + list(range(next_key, next_key + extra))
+        next_key += extra
+        out.append(make_request(i, keys))
+    return out
+
+
+def naive_lru_hits(requests: list[TraceRequest], capacity: int) -> int:
+    """Reference: OrderedDict block LRU, longest-prefix hits, a request's blocks touched deepest
+    first (so among one request's blocks the deepest is evicted first)."""
+    lru: OrderedDict[int, None] = OrderedDict()
+    hits = 0
+    for request in requests:
+        keys = list(request.block_keys)
+        h = 0
+        while h < len(keys) and keys[h] in lru:
+            h += 1
+        hits += h
+        for key in reversed(keys):
+            lru[key] = None
+            lru.move_to_end(key)
+        while len(lru) > capacity:
+            lru.popitem(last=False)
+    return hits
+
+
+def test_hand_computed_lru_example():
+    # capacity 3: [1,2] miss 2; [1,2,3] hits 2; [4] evicts deepest-oldest 3; [1,2,3] hits 2.
+    requests = [make_request(0, [1, 2]), make_request(1, [1, 2, 3]), make_request(2, [4]), make_request(3, [1, 2, 3])]
+    result = replay_cache_only(requests, capacity_blocks=3, record_requests=True, check_invariants=True)
+    assert result.request_hit_blocks == [0, 2, 0, 2]
+    assert result.hit_blocks == 4 and result.requested_blocks == 9
+    assert result.hit_ratio == pytest.approx(4 / 9)
+    assert result.unique_blocks == 4 and result.ideal_hit_blocks == 5
+    assert result.ideal_hit_ratio == pytest.approx(5 / 9)
+
+
+def test_token_hit_ratio_caps_partial_last_block():
+    # 16-token blocks; 40 input tokens = 3 blocks, the last one partial (8 tokens).
+    requests = [make_request(0, [1, 2, 3], input_tokens=40), make_request(1, [1, 2, 3], input_tokens=40)]
+    result = replay_cache_only(requests, capacity_blocks=10)
+    assert result.hit_blocks == 3 and result.hit_tokens == 40 and result.input_tokens == 80
+    assert result.token_hit_ratio == pytest.approx(0.5)
+
+
+def test_request_longer_than_cache_keeps_its_first_blocks():
+    requests = [make_request(0, range(1, 11)), make_request(1, range(1, 11))]
+    result = replay_cache_only(requests, capacity_blocks=4, record_requests=True, check_invariants=True)
+    assert result.request_hit_blocks == [0, 4]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_lru_replay_equals_naive_block_lru(seed):
+    requests = random_prefix_trace(seed)
+    canonical = canonicalize(requests)
+    for capacity in (1, 3, 7, 20, 50, canonical.unique_blocks):
+        result = replay_cache_only(requests, capacity_blocks=capacity, canonical=canonical, check_invariants=True)
+        assert result.hit_blocks == naive_lru_hits(requests, capacity), capacity
+
+
+@pytest.mark.parametrize("policy", EVICTION_POLICIES.names())
+def test_every_policy_replays_within_bounds(policy):
+    requests = random_prefix_trace(11, 150)
+    canonical = canonicalize(requests)
+    result = replay_cache_only(requests, capacity_blocks=15, policy=policy, canonical=canonical,
+                               check_invariants=True, record_requests=True)
+    assert 0 <= result.hit_blocks <= canonical.ideal_hit_blocks
+    assert all(0 <= h <= len(r.block_keys) for h, r in zip(result.request_hit_blocks, requests))
+    assert sum(result.request_hit_blocks) == result.hit_blocks
+    # A cache holding every block never evicts: every policy reaches the ideal hit ratio.
+    big = replay_cache_only(requests, capacity_blocks=canonical.unique_blocks, policy=policy, canonical=canonical)
+    assert big.hit_blocks == canonical.ideal_hit_blocks and big.evicted_blocks == 0
+
+
+def test_capacity_arguments():
+    requests = random_prefix_trace(5)
+    unique = canonicalize(requests).unique_blocks
+    assert replay_cache_only(requests, capacity_fraction=0.5).capacity_blocks == round(0.5 * unique)
+    assert replay_cache_only(requests).capacity_blocks == round(0.1 * unique)
+    with pytest.raises(InputError, match="not both"):
+        replay_cache_only(requests, capacity_blocks=3, capacity_fraction=0.1)
+    with pytest.raises(InputError, match="must be positive"):
+        replay_cache_only(requests, capacity_blocks=0)
+    with pytest.raises(InputError, match="did you mean 'lru'"):
+        replay_cache_only(requests, capacity_blocks=3, policy="lur")
+
+
+def test_trace_clock_uses_timestamps():
+    requests = random_prefix_trace(4)
+    logical = replay_cache_only(requests, capacity_blocks=10)
+    trace = replay_cache_only(requests, capacity_blocks=10, clock="trace")
+    # Timestamps here are distinct and increasing: both clocks order accesses identically.
+    assert trace.hit_blocks == logical.hit_blocks and trace.clock == "trace"
+
+
+# --- golden numbers --------------------------------------------------------------------------
+MOONCAKE_REFERENCE = {0.01: 0.052, 0.05: 0.195, 0.10: 0.278, 0.25: 0.353, 0.50: 0.363}
+
+
+@pytest.fixture(scope="module")
+def mooncake_requests():
+    if not MOONCAKE_FULL.exists():
+        pytest.skip("shared Mooncake trace not available")
+    return load_requests(MOONCAKE_FULL)
+
+
+def test_mooncake_golden_numbers(mooncake_requests):
+    requests = mooncake_requests
+    assert len(requests) == 12031
+    canonical = canonicalize(requests)
+    assert canonical.unique_blocks == 182_790
+    assert canonical.ideal_hit_blocks / canonical.requested_blocks == pytest.approx(0.366, abs=0.0005)
+    for fraction, expected in MOONCAKE_REFERENCE.items():
+        result = replay_cache_only(requests, capacity_fraction=fraction, canonical=canonical)
+        assert result.hit_ratio == pytest.approx(expected, abs=0.005), fraction
+    avg_input = sum(r.input_tokens for r in requests) / len(requests)
+    assert avg_input == pytest.approx(12035, abs=1)  # paper, Table 2
+
+
+# --- command line ----------------------------------------------------------------------------
+def test_cli_replay_json_keys():
+    proc = run_cli("replay", str(FIXTURES / "mooncake_head40.jsonl"), "--capacity-blocks", "50", "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    for key in ("requests", "unique_blocks", "ideal_hit_ratio", "hit_ratio", "capacity_blocks", "policy"):
+        assert key in summary
+    requests = load_requests(FIXTURES / "mooncake_head40.jsonl")
+    expected = replay_cache_only(requests, capacity_blocks=50)
+    assert summary["requests"] == 40 and summary["capacity_blocks"] == 50 and summary["policy"] == "lru"
+    assert summary["hit_ratio"] == pytest.approx(expected.hit_ratio)
+
+
+def test_cli_replay_weka_reblocked_with_out(tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "r"
+    proc = run_cli("replay", str(FIXTURES / "weka_trace_0014_excerpt.json.gz"), "--block-size", "512",
+                   "--capacity-fraction", "0.5", "--policy", "fifo", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "hit ratio" in proc.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["block_tokens"] == 512 and summary["policy"] == "fifo" and summary["format"] == "weka"
+    table = pd.read_parquet(out / "requests.parquet")
+    assert len(table) == 9 and table["hit_blocks"].sum() == summary["hit_blocks"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policy", "lur"], "did you mean 'lru'"),
+    (["--format", "mooncak"], "did you mean 'mooncake'"),
+    (["--mode", "closed"], "did you mean 'closed-loop'"),
+    (["--capacity-blocks", "5", "--capacity-fraction", "0.1"], "not both"),
+])
+def test_cli_replay_bad_options_exit_2(args, message):
+    proc = run_cli("replay", str(FIXTURES / "mooncake_head40.jsonl"), *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_replay_bad_trace_exit_2_one_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(FIXTURES.joinpath("mooncake_head40.jsonl").read_text() + "{oops\n")
+    proc = run_cli("replay", str(path))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "line 41" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("agentsim.replay.timed") is not None, reason="timed replay exists")
+def test_cli_timed_mode_not_available_yet():
+    proc = run_cli("replay", str(FIXTURES / "mooncake_head40.jsonl"), "--mode", "open-loop")
+    assert proc.returncode == 2 and "not available yet" in proc.stderr
