@@ -1,0 +1,129 @@
+"""Links with processor-sharing bandwidth and per-transfer setup latency (SimPy processes).
+
+A :class:`Link` (NVLink, NVLink-C2C host<->device, NVMe, network) serves every active transfer
+at ``bandwidth_bytes_per_s / n_active`` (fair sharing, the fluid model of TCP/DMA engines sharing
+a pipe), after a fixed ``latency_s`` setup that does not consume bandwidth. Two equal transfers
+started together therefore finish together, after about twice the time one alone takes.
+
+Accounting per link: ``bytes_total`` (bytes delivered, equal to the bytes requested once every
+transfer finished: conservation is tested), ``busy_s`` (time with at least one transfer moving
+data) and ``transfers``. Utilisation = ``busy_s / elapsed``.
+
+Implementation: one event per transfer start/finish (not per byte). When the set of active
+transfers changes, everybody's remaining bytes are advanced by the elapsed share, and a single
+timer is armed for the earliest finisher.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+
+class _Transfer:
+    __slots__ = ("remaining_bytes", "size_bytes", "done", "transfer_id")
+
+    def __init__(self, size_bytes: float, done: simpy.Event, transfer_id: int):
+        self.size_bytes = size_bytes
+        self.remaining_bytes = size_bytes
+        self.done = done
+        self.transfer_id = transfer_id
+
+
+class Link:
+    """A shared pipe of ``bandwidth_bytes_per_s`` with ``latency_s`` setup per transfer."""
+
+    def __init__(self, env: simpy.Environment, name: str, bandwidth_bytes_per_s: float, latency_s: float = 0.0,
+                 kind: str = "link"):
+        if bandwidth_bytes_per_s <= 0:
+            raise ValueError(f"link {name}: bandwidth must be positive")
+        self.env = env
+        self.name = name
+        self.kind = kind
+        self.bandwidth_bytes_per_s = float(bandwidth_bytes_per_s)
+        self.latency_s = float(latency_s)
+        self.active: list[_Transfer] = []
+        self.bytes_total = 0.0
+        self.bytes_requested = 0.0
+        self.busy_s = 0.0
+        self.transfers = 0
+        self._last_s = env.now
+        self._timer_token = 0
+        self._next_id = 0
+
+    # --- public API ------------------------------------------------------------------------
+    def transfer(self, size_bytes: float) -> simpy.Event:
+        """Start moving ``size_bytes``; the returned event fires when the last byte arrived."""
+        done = self.env.event()
+        self.transfers += 1
+        self.bytes_requested += size_bytes
+        if size_bytes <= 0:
+            done.succeed()
+            return done
+        self.env.process(self._start(size_bytes, done))
+        return done
+
+    def estimate_s(self, size_bytes: float, extra_sharers: int = 0) -> float:
+        """Time for a new transfer if the current sharers stayed active (for load-vs-recompute)."""
+        sharers = len(self.active) + 1 + extra_sharers
+        return self.latency_s + size_bytes * sharers / self.bandwidth_bytes_per_s
+
+    def utilisation(self, elapsed_s: float) -> float:
+        self._advance()
+        return self.busy_s / elapsed_s if elapsed_s > 0 else 0.0
+
+    def stats(self, elapsed_s: float) -> dict:
+        self._advance()
+        return {
+            "kind": self.kind,
+            "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+            "bytes": self.bytes_total,
+            "transfers": self.transfers,
+            "busy_s": self.busy_s,
+            "utilisation": self.busy_s / elapsed_s if elapsed_s > 0 else 0.0,
+        }
+
+    # --- fluid model ---------------------------------------------------------------------
+    def _start(self, size_bytes: float, done: simpy.Event):
+        if self.latency_s > 0:
+            yield self.env.timeout(self.latency_s)
+        self._advance()
+        self.active.append(_Transfer(size_bytes, done, self._next_id))
+        self._next_id += 1
+        self._rearm()
+
+    def _advance(self) -> None:
+        """Deliver the bytes moved since the last change to every active transfer."""
+        now = self.env.now
+        elapsed = now - self._last_s
+        self._last_s = now
+        if elapsed <= 0 or not self.active:
+            return
+        share = self.bandwidth_bytes_per_s * elapsed / len(self.active)
+        for tr in self.active:
+            moved = min(share, tr.remaining_bytes)
+            tr.remaining_bytes -= moved
+            self.bytes_total += moved
+        self.busy_s += elapsed
+
+    def _rearm(self) -> None:
+        # Finish everything that is (numerically) done, then arm one timer for the next finisher.
+        finished = [tr for tr in self.active if tr.remaining_bytes <= max(1e-9 * tr.size_bytes, 1e-3)]
+        if finished:
+            for tr in finished:
+                self.bytes_total += tr.remaining_bytes
+                tr.remaining_bytes = 0.0
+                tr.done.succeed()
+            self.active = [tr for tr in self.active if tr.remaining_bytes > 0]
+        self._timer_token += 1
+        if not self.active:
+            return
+        shortest = min(tr.remaining_bytes for tr in self.active)
+        delay = shortest * len(self.active) / self.bandwidth_bytes_per_s
+        self.env.process(self._timer(delay, self._timer_token))
+
+    def _timer(self, delay_s: float, token: int):
+        yield self.env.timeout(delay_s)
+        if token != self._timer_token:
+            return  # superseded by a later start or finish
+        self._advance()
+        self._rearm()
