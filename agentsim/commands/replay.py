@@ -70,9 +70,12 @@ def register(app: typer.Typer) -> None:
             None, "--capacity-fraction", help="cache capacity as a fraction of the trace's unique blocks (default 0.1)"),
         block_size: Optional[int] = typer.Option(
             None, "--block-size", help="re-block to this many tokens per block (a multiple of the trace's)"),
-        clock: str = typer.Option("logical", "--clock", help="cache-only clock: logical (request number) | trace (timestamps)"),
+        clock: str = typer.Option("auto", "--clock", help="cache-only clock: auto | logical (request number) | trace (timestamps); auto = trace for TTL policies"),
         session_offset: float = typer.Option(
             0.0, "--session-offset", help="WEKA: the k-th session starts at k * this many seconds"),
+        scenario: Optional[Path] = typer.Option(
+            None, "--scenario", help="timed modes: scenario YAML whose hardware, model and serving to use"),
+        set_: Optional[list[str]] = typer.Option(None, "--set", help="timed modes: override a scenario field PATH=VALUE"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="write summary.json and requests.parquet here"),
     ) -> None:
@@ -84,8 +87,11 @@ def register(app: typer.Typer) -> None:
         if capacity_blocks is not None and capacity_fraction is not None:
             raise InputError("give either --capacity-blocks or --capacity-fraction, not both", "command line")
         if mode != "cache-only":
-            _timed(trace, fmt, mode, policy, capacity_blocks, capacity_fraction, block_size, session_offset, as_json, out)
+            _timed(trace, fmt, mode, policy, capacity_blocks, capacity_fraction, block_size, session_offset, as_json, out,
+                   scenario, list(set_ or []))
             return
+        if scenario is not None or set_:
+            raise InputError("--scenario and --set apply to the timed modes (open-loop, closed-loop) only", "command line")
         from agentsim.replay import canonicalize, make_policy, replay_cache_only
         from agentsim.replay.load import load_trace
 
@@ -130,7 +136,8 @@ def _write(out: Path, summary: dict, requests, hits: list[int]) -> None:
     table.to_parquet(out / "requests.parquet", index=False)
 
 
-def _timed(trace, fmt, mode, policy, capacity_blocks, capacity_fraction, block_size, session_offset, as_json, out):
+def _timed(trace, fmt, mode, policy, capacity_blocks, capacity_fraction, block_size, session_offset, as_json, out,
+           scenario=None, overrides=None):
     """Hand a timed mode to ``agentsim.replay.timed.run_timed_replay`` if it exists."""
     if importlib.util.find_spec("agentsim.replay.timed") is None:
         sys.stderr.write(f"error: --mode {mode} is not available yet (only cache-only is); "
@@ -138,9 +145,14 @@ def _timed(trace, fmt, mode, policy, capacity_blocks, capacity_fraction, block_s
         raise SystemExit(2)
     from agentsim.replay.timed import run_timed_replay
 
+    extra = {}
+    if scenario is not None:
+        extra["scenario_file"] = scenario
+    if overrides:
+        extra["overrides"] = overrides
     result = run_timed_replay(trace=trace, fmt=fmt, mode=mode, policy=policy, capacity_blocks=capacity_blocks,
                               capacity_fraction=capacity_fraction, block_tokens=block_size,
-                              session_offset_s=session_offset, out_dir=out)
+                              session_offset_s=session_offset, out_dir=out, **extra)
     summary = result if isinstance(result, dict) else getattr(result, "summary", {})
     if as_json:
         sys.stdout.write(json.dumps(summary, default=float) + "\n")

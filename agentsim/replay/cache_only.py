@@ -12,10 +12,16 @@ hit blocks are the longest prefix of its block keys resident when it arrives. To
 variants are named as such: ``token_hit_ratio`` = hit tokens / input tokens with hit tokens =
 ``min(hit_blocks * block_tokens, input_tokens)`` (the trace's last block may be partial).
 
-**Clock**: by default the cache sees a logical clock (request ``i`` at ``now_s = i``), so every
-request has a distinct timestamp and LRU is exactly block LRU with ties broken deepest-first
-(the stack model of :mod:`agentsim.replay.mrc`); ``clock="trace"`` passes the trace's
-timestamps instead, for time-based policies (TTL), where equal timestamps tie.
+**Clock**: ``"logical"`` gives the cache request ``i`` at ``now_s = i``, so every request has a
+distinct timestamp and LRU is exactly block LRU with ties broken deepest-first (the stack model
+of :mod:`agentsim.replay.mrc`); ``"trace"`` passes the trace's timestamps (equal timestamps
+tie). ``"auto"`` (default) is logical unless the policy keeps timers (TTL expiry), which need
+real seconds.
+
+**Policy hooks**: a policy with timers gets ``on_timer(now_s)`` before each request whose time
+has reached ``next_timer_s()``; an offline policy with ``set_future`` (Belady) is given the
+whole request sequence first and ``begin_request(i)`` before request ``i``. A policy's
+``counters()`` (e.g. TTL expirations) are added to the summary.
 """
 
 from __future__ import annotations
@@ -25,12 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.policy import EvictionPolicy
 from agentsim.cache.radix import RadixCache
 from agentsim.errors import InputError, InvariantViolation
 from agentsim.replay.prefix import CanonicalTrace, canonicalize
 from agentsim.workload.traces.records import TraceRequest
 
-CLOCKS = ("logical", "trace")
+CLOCKS = ("auto", "logical", "trace")
 
 
 @dataclass(slots=True)
@@ -122,7 +129,7 @@ def resolve_capacity(unique_blocks: int, capacity_blocks: int | None, capacity_f
 
 def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | None = None,
                       capacity_fraction: float | None = None, policy: str = "lru",
-                      policy_params: dict | None = None, clock: str = "logical",
+                      policy_params: dict | None = None, clock: str = "auto",
                       canonical: CanonicalTrace | None = None, check_invariants: bool = False,
                       record_requests: bool = False) -> CacheOnlyResult:
     """Replay ``requests`` (already in replay order) through one radix cache; see module docstring.
@@ -139,7 +146,15 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
     policy_obj = make_policy(policy, policy_params)
     cache = RadixCache(capacity, policy_obj, name="replay")
     match, pin, unpin, reserve, commit = cache.match, cache.pin, cache.unpin, cache.reserve, cache.commit
+    has_timers = type(policy_obj).next_timer_s is not EvictionPolicy.next_timer_s
+    if clock == "auto":
+        clock = "trace" if has_timers else "logical"
     use_trace_clock = clock == "trace"
+    next_timer_s = policy_obj.next_timer_s if has_timers else None
+    begin_request = getattr(policy_obj, "begin_request", None)
+    set_future = getattr(policy_obj, "set_future", None)
+    if set_future is not None:
+        set_future([r.block_keys.tolist() for r in requests])
     hit_blocks = 0
     hit_tokens = 0
     input_tokens = 0
@@ -149,6 +164,12 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
     started = time.perf_counter()
     for i, request in enumerate(requests):
         now_s = request.timestamp_s if use_trace_clock else float(i)
+        if next_timer_s is not None:
+            due = next_timer_s()
+            if due is not None and due <= now_s:
+                policy_obj.on_timer(now_s)
+        if begin_request is not None:
+            begin_request(i)
         keys = request.block_keys.tolist()
         n = len(keys)
         input_tokens += request.input_tokens
@@ -174,8 +195,13 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
         if check_invariants:
             cache.check_invariants()
     elapsed = time.perf_counter() - started
+    extra = {}
+    counters = getattr(policy_obj, "counters", None)
+    if callable(counters):
+        extra.update(counters())
     return CacheOnlyResult(
         policy=policy, capacity_blocks=capacity, block_tokens=block_tokens, requests=len(requests),
         requested_blocks=requested, hit_blocks=hit_blocks, unique_blocks=canonical.unique_blocks,
         ideal_hit_blocks=canonical.ideal_hit_blocks, input_tokens=input_tokens, hit_tokens=hit_tokens,
-        evicted_blocks=cache.evicted_blocks, replay_time_s=elapsed, clock=clock, request_hit_blocks=per_request)
+        evicted_blocks=cache.evicted_blocks, replay_time_s=elapsed, clock=clock, request_hit_blocks=per_request,
+        extra=extra)
