@@ -65,8 +65,10 @@ class Candidate:
         if self.error:
             out["error"] = self.error
             return out
-        out.update(loglik=_round(self.loglik, 8), aic=_round(self.aic, 8), bic=_round(self.bic, 8),
-                   ks=_round(self.ks, 4), ad=_round(self.ad, 4))
+        values = dict(loglik=_round(self.loglik, 8), aic=_round(self.aic, 8), bic=_round(self.bic, 8),
+                      ks=_round(self.ks, 4), ad=_round(self.ad, 4))
+        # The empirical fallback has no likelihood: leave its scores out rather than write NaN.
+        out.update({key: value for key, value in values.items() if math.isfinite(value)})
         return out
 
 
