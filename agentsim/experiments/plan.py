@@ -1,0 +1,349 @@
+"""Capacity planning: the smallest value of one monotone axis that meets every SLO.
+
+``agentsim plan SCENARIO --slo 'ttft_p99_s<=2' --slo 'sla_attainment>=0.99'
+--vary hardware.kv_capacity_bytes=20GB..200GB --seeds 3``
+
+Method: the axis ``[LOW, HIGH]`` is cut into a grid of step ``resolution`` (default: 1 for
+integer axes, (HIGH-LOW)/32 otherwise). Both ends are simulated first, with every seed. If HIGH
+passes and LOW fails, bisection on the grid finds the smallest passing value; if LOW passes and
+HIGH fails (e.g. the axis is a load), it finds the largest passing value; if both pass the
+answer is LOW; if neither passes there is none in the range. Each bisection step runs all seeds
+of one point in parallel. Bisection assumes a monotone axis; after the search every SLO metric
+is checked across the points made, and a metric that moves the wrong way by more than the
+points' 95% confidence half-widths is reported as a monotonicity violation (the answer is then
+suspect).
+
+A point passes when, for every SLO, every seed meets it (``criterion="all"``, the default:
+conservative, a tail target should hold whatever the draw) or the mean over seeds does
+(``criterion="mean"``). The frontier (every point simulated, sorted by value) carries each SLO
+metric's mean and CI, the pass counts, GPU-hours and cost per million tokens, so the cheapest
+passing configuration can be read off it too.
+
+Runs are persisted like sweep cells (:mod:`agentsim.experiments.store`), so a repeated plan
+reuses every run it already made.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pandas as pd
+
+from agentsim.config.units import UnitError, parse_bandwidth, parse_bytes, parse_duration
+from agentsim.errors import InputError
+from agentsim.experiments.runs import RunTask, scenario_key
+from agentsim.experiments.stats import mean_ci
+from agentsim.experiments.store import SweepStore
+from agentsim.experiments.sweep import PlannedRun, ScenarioBuilder, execute
+
+_OPS: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt}
+_SLO = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(<=|>=|<|>)\s*(\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class Slo:
+    """``metric OP threshold`` on a run summary key, e.g. ``ttft_p99_s <= 2``."""
+
+    metric: str
+    op: str
+    threshold: float
+
+    def met(self, value: float | None) -> bool:
+        return value is not None and not (isinstance(value, float) and math.isnan(value)) and _OPS[self.op](value, self.threshold)
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.op in ("<=", "<")
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.threshold:g}"
+
+
+def parse_slo(text: str) -> Slo:
+    """``ttft_p99_s<=2`` (a threshold may carry a unit: ``ttft_p99_s<=500ms``)."""
+    match = _SLO.match(text)
+    if not match:
+        raise InputError(f"expected METRIC<=VALUE or METRIC>=VALUE (also < and >), got {text!r}", "--slo")
+    metric, op, raw = match.groups()
+    try:
+        threshold = float(raw)
+    except ValueError:
+        try:
+            threshold = parse_duration(raw)
+        except UnitError:
+            raise InputError(f"cannot read the threshold {raw!r} as a number", "--slo", text) from None
+    return Slo(metric, op, threshold)
+
+
+@dataclass(frozen=True)
+class VaryAxis:
+    """The axis searched: ``path`` from ``low`` to ``high`` (SI numbers) in steps of ``step``."""
+
+    path: str
+    low: float
+    high: float
+    step: float
+    integer: bool
+    unit_scale: float = 1.0     # display: value / unit_scale followed by unit_suffix
+    unit_suffix: str = ""
+
+    @property
+    def steps(self) -> int:
+        return max(1, math.ceil((self.high - self.low) / self.step - 1e-9))
+
+    def value(self, k: int) -> float | int:
+        value = min(self.low + k * self.step, self.high)
+        return int(round(value)) if self.integer else value
+
+    def label(self, value: float) -> str:
+        if self.integer:
+            return str(int(value))
+        return f"{value / self.unit_scale:.4g}{self.unit_suffix}"
+
+
+_NUMBER_PART = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$")
+
+
+def parse_vary(text: str, builder: ScenarioBuilder, resolution: str | None = None) -> VaryAxis:
+    """``PATH=LOW..HIGH`` with optional units (``60GB..400GB``); integer bounds give an integer axis."""
+    if "=" not in text or ".." not in text.split("=", 1)[1]:
+        raise InputError(f"expected PATH=LOW..HIGH, got {text!r}", "--vary")
+    path, bounds = text.split("=", 1)
+    path = path.strip()
+    low_raw, high_raw = (part.strip() for part in bounds.split("..", 1))
+    integer = _is_int(low_raw) and _is_int(high_raw)
+    low = builder.to_number(path, _yaml_scalar(low_raw))
+    high = builder.to_number(path, _yaml_scalar(high_raw))
+    if not low < high:
+        raise InputError(f"LOW must be smaller than HIGH (got {low:g} and {high:g})", "--vary", text)
+    match = _NUMBER_PART.match(low_raw)
+    scale, suffix = 1.0, ""
+    if match and match.group(2) and float(match.group(1)) != 0:
+        scale, suffix = low / float(match.group(1)), match.group(2)
+    if resolution is not None:
+        step = builder.to_number(path, _yaml_scalar(resolution))
+        if step <= 0:
+            raise InputError(f"the resolution must be positive, got {resolution!r}", "--resolution")
+    else:
+        # About 32 grid steps, rounded down to a 1/2/2.5/5 x 10^k step in the bounds' unit so
+        # the values tried read well (20GB..200GB -> 5GB).
+        step = 1.0 if integer else _nice((high - low) / scale / 32.0) * scale
+    if integer:
+        step = max(1.0, float(round(step)))
+    return VaryAxis(path=path, low=low, high=high, step=step, integer=integer, unit_scale=scale, unit_suffix=suffix)
+
+
+def _nice(x: float) -> float:
+    """The largest of 1, 2, 2.5, 5 times a power of ten not above ``x``."""
+    if x <= 0:
+        return x
+    power = 10.0 ** math.floor(math.log10(x))
+    for mult in (5.0, 2.5, 2.0, 1.0):
+        if mult * power <= x * (1 + 1e-9):
+            return mult * power
+    return power
+
+
+def _is_int(text: str) -> bool:
+    return re.fullmatch(r"[-+]?\d+", text) is not None
+
+
+def _yaml_scalar(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            continue
+    return text
+
+
+@dataclass
+class PointResult:
+    value: float
+    summaries: list[dict]
+    errors: list[str]
+    passed: bool = False
+    slo_passes: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class PlanReport:
+    axis: VaryAxis
+    slos: list[Slo]
+    seeds: list[int]
+    criterion: str
+    answer: float | None
+    direction: str          # "smallest" or "largest" passing value sought
+    message: str
+    frontier: pd.DataFrame
+    warnings: list[str]
+    runs_made: int = 0
+    runs_reused: int = 0
+
+
+class Planner:
+    """Bisection over ``axis`` with ``seeds`` per point; runs go through ``executor`` into ``store``."""
+
+    def __init__(self, builder: ScenarioBuilder, axis: VaryAxis, slos: list[Slo], seeds: list[int], executor,
+                 store: SweepStore, criterion: str = "all",
+                 on_point: Callable[[PointResult], None] | None = None):
+        if criterion not in ("all", "mean"):
+            raise InputError(f"criterion must be 'all' or 'mean', got {criterion!r}", "--criterion")
+        if not slos:
+            raise InputError("give at least one --slo", "command line")
+        self.builder, self.axis, self.slos, self.seeds = builder, axis, slos, seeds
+        self.executor, self.store, self.criterion, self.on_point = executor, store, criterion, on_point
+        self.points: dict[int, PointResult] = {}
+        self.runs_made = 0
+        self.runs_reused = 0
+
+    def evaluate(self, ks: list[int]) -> list[PointResult]:
+        """Simulate every seed of the grid points ``ks`` (those not simulated yet), in parallel."""
+        planned, ids = [], {}
+        for k in ks:
+            if k in self.points:
+                continue
+            value = self.axis.value(k)
+            try:
+                data = self.builder.resolved_data([(self.axis.path, value)])
+                cell_id, error = scenario_key(data), None
+            except InputError as exc:
+                data, error = None, exc.render()
+                cell_id = "invalid-" + scenario_key(self.builder.raw_data([(self.axis.path, value)]))
+            ids[k] = cell_id
+            self.store.write_cell(cell_id, {"label": f"{self.axis.path}={self.axis.label(value)}",
+                                            "assignments": [[self.axis.path, value]], "plan": True})
+            for seed in self.seeds:
+                task = RunTask(cell_id, seed, {**data, "seed": seed}) if data is not None else None
+                planned.append(PlannedRun(k, cell_id, seed, task=task, error=error))
+        counts = execute(planned, self.store, self.executor)
+        self.runs_made += counts.ran
+        self.runs_reused += counts.skipped
+        for k, cell_id in ids.items():
+            summaries, errors = [], []
+            for seed in self.seeds:
+                summary = self.store.load_summary(cell_id, seed)
+                if summary is None:
+                    errors.append(self.store.load_error(cell_id, seed) or "missing")
+                else:
+                    summaries.append(summary)
+            point = PointResult(value=self.axis.value(k), summaries=summaries, errors=errors)
+            if errors:
+                # A run that fails says nothing about the SLOs; bisecting on it would give a wrong
+                # answer. Stop and say why (an invalid value, e.g. more KV than HBM, or a bug).
+                raise InputError(f"{len(errors)} of {len(self.seeds)} runs failed at {self.axis.path}="
+                                 f"{self.axis.label(point.value)}: {errors[0]} (details in {self.store.cell_dir(cell_id)})",
+                                 "--vary")
+            self._judge(point)
+            self.points[k] = point
+            if self.on_point:
+                self.on_point(point)
+        return [self.points[k] for k in ks]
+
+    def _judge(self, point: PointResult) -> None:
+        if point.summaries:
+            missing = [slo.metric for slo in self.slos if slo.metric not in point.summaries[0]]
+            if missing:
+                import difflib
+
+                keys = list(point.summaries[0])
+                hints = {m: difflib.get_close_matches(m, keys, n=1) for m in missing}
+                hint = "; ".join(f"{m!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for m, h in hints.items())
+                raise InputError(f"unknown summary metric {hint}", "--slo")
+        passes = {}
+        for slo in self.slos:
+            values = [s.get(slo.metric) for s in point.summaries]
+            passes[str(slo)] = sum(slo.met(v) for v in values)
+        point.slo_passes = passes
+        if point.errors or not point.summaries:
+            point.passed = False
+        elif self.criterion == "all":
+            point.passed = all(count == len(self.seeds) for count in passes.values())
+        else:
+            point.passed = all(slo.met(_mean([s.get(slo.metric) for s in point.summaries])) for slo in self.slos)
+
+    def run(self) -> PlanReport:
+        lo_k, hi_k = 0, self.axis.steps
+        low, high = self.evaluate([lo_k, hi_k])
+        label = self.axis.label
+        if low.passed and high.passed:
+            answer, direction = lo_k, "smallest"
+            message = f"every value meets the SLOs; the smallest is LOW = {label(low.value)}"
+        elif not low.passed and not high.passed:
+            answer, direction = None, "smallest"
+            errors = (low.errors + high.errors)[:1]
+            message = (f"no value in [{label(low.value)}, {label(high.value)}] meets the SLOs" +
+                       (f" (a run failed: {errors[0]})" if errors else ""))
+        else:
+            increasing = high.passed  # passing side is the high end: search the smallest passing value
+            direction = "smallest" if increasing else "largest"
+            fail_k, pass_k = (lo_k, hi_k) if increasing else (hi_k, lo_k)
+            while abs(pass_k - fail_k) > 1:
+                mid = (fail_k + pass_k) // 2
+                (point,) = self.evaluate([mid])
+                if point.passed:
+                    pass_k = mid
+                else:
+                    fail_k = mid
+            answer = pass_k
+            message = (f"{direction} {self.axis.path} meeting every SLO: {label(self.axis.value(pass_k))} "
+                       f"({label(self.axis.value(fail_k))} fails; resolution {label(self.axis.step) if not self.axis.integer else int(self.axis.step)})")
+        frontier = self.frontier()
+        warnings = self.monotonicity_warnings(frontier, direction)
+        answer_value = self.axis.value(answer) if answer is not None else None
+        return PlanReport(axis=self.axis, slos=self.slos, seeds=self.seeds, criterion=self.criterion,
+                          answer=answer_value, direction=direction, message=message, frontier=frontier,
+                          warnings=warnings, runs_made=self.runs_made, runs_reused=self.runs_reused)
+
+    def frontier(self) -> pd.DataFrame:
+        """One row per point simulated, sorted by value."""
+        rows = []
+        for k in sorted(self.points):
+            point = self.points[k]
+            row: dict[str, Any] = {"value": float(point.value), "value_label": self.axis.label(point.value),
+                                   "seeds": len(point.summaries), "errors": len(point.errors), "passed": point.passed}
+            for slo in self.slos:
+                n, mean, std, half = mean_ci([_num(s.get(slo.metric)) for s in point.summaries])
+                row[f"{slo.metric}_mean"] = mean
+                row[f"{slo.metric}_ci_half_width"] = half
+                row[f"{slo}_passes"] = point.slo_passes.get(str(slo), 0)
+            for metric in ("cost_per_million_tokens_usd", "cost_per_million_input_tokens_usd",
+                           "cost_per_million_output_tokens_usd", "gpu_hours", "hit_ratio"):
+                row[metric] = _mean([s.get(metric) for s in point.summaries])
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def monotonicity_warnings(self, frontier: pd.DataFrame, direction: str) -> list[str]:
+        """SLO metrics that move the wrong way between neighbouring points by more than their CIs.
+
+        With the passing side at high values (``direction == "smallest"``) a ``<=`` metric should
+        not increase with the value and a ``>=`` metric should not decrease; the reverse for
+        ``"largest"``.
+        """
+        warnings = []
+        if len(frontier) < 2:
+            return warnings
+        for slo in self.slos:
+            means = frontier[f"{slo.metric}_mean"].to_numpy(dtype=float)
+            halves = frontier[f"{slo.metric}_ci_half_width"].fillna(0.0).to_numpy(dtype=float)
+            sign = 1.0 if (slo.lower_is_better == (direction == "smallest")) else -1.0  # +1: should fall with value
+            for i in range(len(means) - 1):
+                rise = (means[i + 1] - means[i]) * sign
+                if math.isfinite(rise) and rise > halves[i] + halves[i + 1] + 1e-12 * max(1.0, abs(means[i])):
+                    warnings.append(f"{slo.metric} is not monotone: {means[i]:.4g} at {frontier.value_label.iloc[i]} "
+                                    f"but {means[i + 1]:.4g} at {frontier.value_label.iloc[i + 1]}")
+        return warnings
+
+
+def _num(value) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def _mean(values) -> float:
+    numbers = [_num(v) for v in values]
+    numbers = [v for v in numbers if math.isfinite(v)]
+    return sum(numbers) / len(numbers) if numbers else math.nan
