@@ -127,7 +127,7 @@ def weka_quantities(files: list[Path], progress=None) -> list[Quantity]:
         Quantity("human_gap", "gap after a human turn: think_time of the call after stop == end_turn (main agent)",
                  "s", _sample(human, 1.0), {"min": 0.0}, {"think_time_missing": missing_think["human"]}),
         Quantity("api_time", "API/service time of a call (api_time, main agent)", "s", _sample(api, 0.01), {"min": 0.0}),
-        Quantity("appended_tokens", "input tokens appended between consecutive calls of one agent (positive part)",
+        Quantity("appended_tokens", "input tokens appended between consecutive calls (main agent, positive part)",
                  "tokens", _sample(appended, 1.0), tokens, {"decrease": decreases, "no_growth": zero_growth}),
         Quantity("output_tokens", "output tokens of a call (main agent)", "tokens", _sample(output, 1.0), tokens),
         Quantity("calls_per_session", "main-agent calls per session", "calls", _sample(calls, 1.0), counts),
