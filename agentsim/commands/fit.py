@@ -136,10 +136,17 @@ def run_fit(traces: list[str], out: Path, fmt: str = "auto", seed: int = 0, crit
     say("fitting")
     document = fit_document(quantities, provenance=provenance, seed=seed, criterion=criterion,
                             candidates=candidate_names(max_components), progress=fit_progress)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the output directory ({exc.strerror})", str(out), "--out") from None
     header = ("# Distributions fitted by `agentsim fit` (see docs/fitting.md). Reference one from a scenario as\n"
               f"# {{fit: {out.name}#QUANTITY}}. Regenerate with: {command}\n")
-    out.write_text(header + yaml.dump(document, Dumper=_plain_dumper(), sort_keys=False, width=120, allow_unicode=True))
+    text = header + yaml.dump(document, Dumper=_plain_dumper(), sort_keys=False, width=120, allow_unicode=True)
+    try:
+        out.write_text(text)
+    except OSError as exc:
+        raise InputError(f"cannot write the fits file ({exc.strerror})", str(out), "--out") from None
     say(f"wrote {out} in {time.perf_counter() - started:.1f} s")
     return document
 
