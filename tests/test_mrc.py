@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from agentsim.replay import canonicalize, hit_ratio_curve, replay_cache_only, stack_distances
+from agentsim.replay.mrc import distance_histogram
 from tests.conftest import run_cli
 from tests.test_replay import (
     FIXTURES, MOONCAKE_REFERENCE, make_request, mooncake_requests, naive_lru_hits, random_prefix_trace,  # noqa: F401
@@ -21,6 +22,14 @@ def test_stack_distances_hand_example():
     # Before request 1 the stack is (1, 2): block 1 at 1, block 2 at 2, block 3 new.
     # Before request 3 the stack is (4, 1, 2, 3).
     assert d.tolist() == [0, 0, 1, 2, 0, 0, 2, 3, 4]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_segment_histogram_equals_per_reference_distances(seed):
+    # Two independent algorithms (segments + Fenwick over requests; flat stream + dominance counts).
+    canonical = canonicalize(random_prefix_trace(seed, 150))
+    reference = np.bincount(stack_distances(canonical), minlength=canonical.unique_blocks + 1)
+    assert np.array_equal(distance_histogram(canonical), reference)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
@@ -50,6 +59,8 @@ def test_curve_is_monotone_and_handles_non_prefix_ids():
 def test_mooncake_curve_equals_five_replays(mooncake_requests):  # noqa: F811
     canonical = canonicalize(mooncake_requests)
     curve = hit_ratio_curve(canonical)
+    reference = np.bincount(stack_distances(canonical), minlength=canonical.unique_blocks + 1)
+    assert np.array_equal(distance_histogram(canonical), reference)
     assert curve.ideal_hit_ratio == pytest.approx(0.366, abs=0.0005)
     for fraction, expected in MOONCAKE_REFERENCE.items():
         replay = replay_cache_only(mooncake_requests, capacity_fraction=fraction, canonical=canonical)
@@ -78,3 +89,13 @@ def test_cli_mrc_json_and_out(tmp_path):
 def test_cli_mrc_bad_fractions(fractions, message):
     proc = run_cli("mrc", str(FIXTURES / "mooncake_head40.jsonl"), "--fractions", fractions)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_canonical_fast_path_equals_interning():
+    from agentsim.replay.prefix import _intern
+
+    requests = random_prefix_trace(9, 200)
+    fast = canonicalize(requests)
+    slow = _intern(requests, fast.starts)
+    assert np.array_equal(fast.ids, slow.ids)
+    assert (fast.unique_blocks, fast.ideal_hit_blocks) == (slow.unique_blocks, slow.ideal_hit_blocks)

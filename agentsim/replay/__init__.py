@@ -10,10 +10,10 @@ Timed replays (open-loop, closed-loop) live in :mod:`agentsim.replay.timed` when
 """
 
 from agentsim.replay.cache_only import CacheOnlyResult, make_policy, replay_cache_only, resolve_capacity
-from agentsim.replay.mrc import HitRatioCurve, hit_ratio_curve, stack_distances
+from agentsim.replay.mrc import HitRatioCurve, distance_histogram, hit_ratio_curve, stack_distances
 from agentsim.replay.prefix import CanonicalTrace, canonicalize
 
 __all__ = [
-    "CacheOnlyResult", "CanonicalTrace", "HitRatioCurve", "canonicalize", "hit_ratio_curve",
+    "CacheOnlyResult", "CanonicalTrace", "HitRatioCurve", "canonicalize", "distance_histogram", "hit_ratio_curve",
     "make_policy", "replay_cache_only", "resolve_capacity", "stack_distances",
 ]

@@ -8,10 +8,21 @@ first), a stack algorithm: the cache of ``C`` blocks always holds the top ``C`` 
 priority stack, the resident set is prefix-closed, and a block is a hit iff its stack position
 before the request is at most ``C``. So one pass gives the hit ratio at every capacity.
 
-To get the tie-break as a plain LRU stack, each request's blocks are laid out deepest first in
-a flat reference stream (the shallowest block then counts as the most recent). A block's
-position before request ``i`` (stream offset ``a``), last referenced at offset ``p``, is
-``1 + distinct(stream[p+1:a])``. With ``next(q)`` the next offset of the id at ``q``::
+Fast path (:func:`distance_histogram`, used by :func:`hit_ratio_curve`): let ``last(b)`` be the
+request that last touched block ``b``. Split request ``i``'s blocks into segments of
+consecutive blocks with the same ``last``. A segment's first block (depth ``j``) has every
+ancestor touched after ``last`` (its parent is in another segment, so touched later), hence its
+position is ``1 + (blocks whose latest touch is a request in (last, i))``; each deeper block of
+the segment sits exactly one below the previous one (same request, deepest evicted first).
+A Fenwick tree over requests counts "blocks whose latest touch is request k", so the cost is
+one numpy gather per request plus O(log R) per segment: agentic traces, where every call
+re-reads its history, have a handful of segments per request.
+
+Reference path (:func:`stack_distances`, per reference, used to cross-check): lay each
+request's blocks out deepest first in a flat stream (the shallowest block then counts as the
+most recent). A block's position before request ``i`` (stream offset ``a``), last referenced
+at offset ``p``, is ``1 + distinct(stream[p+1:a])``. With ``next(q)`` the next offset of the
+id at ``q``::
 
     distinct(stream[p+1:a]) = #{q < a: next(q) >= a} - #{q <= p: next(q) >= a}
                             = first_seen(a) - (p + 1) + #{q <= p: next(q) < a}
@@ -117,10 +128,72 @@ def _dominance_count(values: np.ndarray, prefix_len: np.ndarray, bound: np.ndarr
     return result
 
 
+def distance_histogram(trace: CanonicalTrace) -> np.ndarray:
+    """``counts[d]``: block references at LRU stack position ``d`` (1-based) before their
+    request; ``counts[0]`` = first references (misses at any capacity). Length ``unique + 1``.
+
+    Same numbers as ``np.bincount(stack_distances(trace))``, by the segment method of the
+    module docstring.
+    """
+    ids = trace.ids
+    starts = trace.starts.tolist()
+    unique = trace.unique_blocks
+    n_requests = trace.requests
+    last = np.full(unique + 1, -1, dtype=np.int64)
+    # diff[d] += 1 ... diff[d + length] -= 1 for a segment at positions d .. d + length - 1.
+    diff = np.zeros(unique + 3, dtype=np.int64)
+    cold = 0
+    tree = [0] * (n_requests + 1)  # Fenwick tree, 1-based: request k at slot k + 1
+
+    def prefix(k: int) -> int:
+        """Sum of counts of requests 0..k-1."""
+        total = 0
+        while k > 0:
+            total += tree[k]
+            k &= k - 1
+        return total
+
+    def add(k: int, delta: int) -> None:
+        k += 1
+        while k <= n_requests:
+            tree[k] += delta
+            k += k & -k
+
+    for i in range(n_requests):
+        a, b = starts[i], starts[i + 1]
+        if a == b:
+            continue
+        block_ids = ids[a:b]
+        prev = last[block_ids]
+        change = np.flatnonzero(prev[1:] != prev[:-1]) + 1
+        if len(change):
+            bounds = [0, *change.tolist(), b - a]
+            owners = prev[bounds[:-1]].tolist()
+        else:
+            bounds = [0, b - a]
+            owners = [int(prev[0])]
+        before_i = prefix(i)
+        for s_index, r in enumerate(owners):
+            length = bounds[s_index + 1] - bounds[s_index]
+            if r < 0:
+                cold += length
+                continue
+            position = 1 + before_i - prefix(r + 1)
+            diff[position] += 1
+            diff[position + length] -= 1
+            add(r, -length)
+        add(i, b - a)
+        last[block_ids] = i
+    counts = np.cumsum(diff[: unique + 1])
+    counts[0] = cold
+    return counts
+
+
 def hit_ratio_curve(trace: CanonicalTrace) -> HitRatioCurve:
     """Hits at every capacity from 0 to ``unique_blocks`` blocks, in one pass."""
-    distances = stack_distances(trace)
-    counts = np.bincount(distances[distances > 0], minlength=trace.unique_blocks + 1)
+    counts = distance_histogram(trace)
+    counts = counts.copy()
+    counts[0] = 0
     hits_at = np.cumsum(counts)
     hits_at = hits_at[: trace.unique_blocks + 1]
     return HitRatioCurve(hits_at=hits_at, requested_blocks=trace.requested_blocks,

@@ -3,7 +3,7 @@
 Trace keys are prefix keys in every supported format, but a user's trace may reuse an id under
 different parents. Interning ``(parent canonical id, key)`` gives ids that identify a whole
 prefix whatever the input's convention, which is what unique-block counts, the ideal hit ratio
-and the stack-distance curve need. Ids are dense, from 1, in order of first appearance.
+and the stack-distance curve need. Ids are dense, from 1 to ``unique_blocks``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from agentsim.workload.traces.records import TraceRequest
 
@@ -41,13 +42,39 @@ class CanonicalTrace:
 
 
 def canonicalize(requests: list[TraceRequest]) -> CanonicalTrace:
-    """Canonical ids for ``requests`` (in the order given: replay order)."""
-    table: dict[tuple[int, int], int] = {}
+    """Canonical ids for ``requests`` (in the order given: replay order).
+
+    Fast path (vectorised): if every key always follows the same parent key (true prefix keys,
+    as in all supported formats), a key already names its whole prefix and is only renumbered
+    densely. Otherwise ``(parent canonical id, key)`` pairs are interned. Either way ids are
+    numbered in order of first appearance.
+    """
     lengths = np.fromiter((len(r.block_keys) for r in requests), dtype=np.int64, count=len(requests))
     starts = np.zeros(len(requests) + 1, dtype=np.int64)
     np.cumsum(lengths, out=starts[1:])
-    ids = np.empty(int(starts[-1]), dtype=np.int64)
-    pos = 0
+    total = int(starts[-1])
+    if total == 0:
+        return CanonicalTrace(ids=np.zeros(0, dtype=np.int64), starts=starts, unique_blocks=0, ideal_hit_blocks=0)
+    keys = np.concatenate([np.frombuffer(r.block_keys, dtype=np.int64) for r in requests if len(r.block_keys)])
+    parents = np.empty(total, dtype=np.int64)
+    parents[1:] = keys[:-1]
+    parents[starts[:-1][lengths > 0]] = -1  # a request's first block hangs off the root
+    # A hash-table factorisation: codes number distinct keys in order of first appearance.
+    codes, uniques = pd.factorize(keys)
+    unique = len(uniques)
+    parent_of = np.empty(unique, dtype=np.int64)
+    parent_of[codes] = parents
+    if np.array_equal(parent_of[codes], parents):
+        # Every id's first occurrence is its only miss under an unbounded cache.
+        return CanonicalTrace(ids=codes.astype(np.int64, copy=False) + 1, starts=starts, unique_blocks=unique,
+                              ideal_hit_blocks=total - unique)
+    return _intern(requests, starts)
+
+
+def _intern(requests: list[TraceRequest], starts: np.ndarray) -> CanonicalTrace:
+    table: dict[tuple[int, int], int] = {}
+    out: list[int] = []
+    append = out.append
     get = table.get
     for request in requests:
         prev = 0
@@ -57,10 +84,8 @@ def canonicalize(requests: list[TraceRequest]) -> CanonicalTrace:
             if canon is None:
                 canon = len(table) + 1
                 table[pair] = canon
-            ids[pos] = canon
-            pos += 1
+            append(canon)
             prev = canon
     unique = len(table)
-    # Every id's first occurrence is its only miss under an unbounded cache.
-    ideal_hits = int(starts[-1]) - unique
-    return CanonicalTrace(ids=ids, starts=starts, unique_blocks=unique, ideal_hit_blocks=ideal_hits)
+    return CanonicalTrace(ids=np.array(out, dtype=np.int64), starts=starts, unique_blocks=unique,
+                          ideal_hit_blocks=int(starts[-1]) - unique)
