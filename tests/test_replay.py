@@ -242,3 +242,13 @@ def test_belady_gets_the_future_and_beats_lru(seed):
 def test_cli_replay_scenario_only_for_timed_modes(tmp_path):
     proc = run_cli("replay", str(FIXTURES / "mooncake_head40.jsonl"), "--set", "seed=3")
     assert proc.returncode == 2 and "timed modes" in proc.stderr
+
+
+def test_cli_replay_warns_about_unsorted_timestamps(tmp_path):
+    lines = FIXTURES.joinpath("mooncake_head40.jsonl").read_text().splitlines()
+    path = tmp_path / "unsorted.jsonl"
+    path.write_text("\n".join([lines[30], *lines[:30], *lines[31:]]) + "\n")  # a 9000 ms line first
+    proc = run_cli("replay", str(path), "--capacity-blocks", "50", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith("warning: ") and "timestamps decrease" in proc.stderr
+    assert json.loads(proc.stdout)["requests"] == 40
