@@ -25,10 +25,11 @@ def test_write_multiplier_follows_provider_ttl_tiers():
 
 
 def test_scenario_ttl_from_policy_params():
-    scenario = lambda params: SimpleNamespace(cache=SimpleNamespace(eviction=SimpleNamespace(params=params)))  # noqa: E731
-    assert scenario_ttl_s(scenario({})) is None
-    assert scenario_ttl_s(scenario({"ttl_s": "1h"})) == 3600
-    assert scenario_ttl_s(scenario({"ttl": 300})) == 300
+    scenario = lambda name, params: SimpleNamespace(cache=SimpleNamespace(eviction=SimpleNamespace(name=name, params=params)))  # noqa: E731
+    assert scenario_ttl_s(scenario("lru", {})) is None
+    assert scenario_ttl_s(scenario("ttl_1h", {})) == 3600          # the policy's default TTL
+    assert scenario_ttl_s(scenario("ttl_expiry", {"ttl_s": "20m"})) == 1200
+    assert scenario_ttl_s(scenario("not_a_policy", {"ttl": 300})) == 300
 
 
 def test_provider_bill_by_hand(small_scenario_yaml):

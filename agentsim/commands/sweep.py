@@ -36,11 +36,13 @@ def cell_progress(enabled: bool, description: str = "sweep"):
 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                   TextColumn("{task.fields[cells]}/{task.fields[cells_total]} cells, {task.completed:.0f}/{task.total:.0f} runs"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=True) as progress:
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=True,
+                  auto_refresh=False) as progress:  # no refresh thread: lets the pool fork (see executors)
         task = progress.add_task(description, total=None, cells=0, cells_total=0)
 
         def update(runs_done: int, runs_total: int, cells_done: int, cells_total: int) -> None:
             progress.update(task, completed=runs_done, total=runs_total, cells=cells_done, cells_total=cells_total)
+            progress.refresh()
 
         yield update
 

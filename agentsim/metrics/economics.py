@@ -60,8 +60,19 @@ DEFAULT_PRICES = ProviderPrices()
 
 
 def scenario_ttl_s(scenario) -> float | None:
-    """The eviction policy's TTL in seconds, if its parameters carry one (``ttl_s`` or ``ttl``)."""
-    params = scenario.cache.eviction.params or {}
+    """The eviction policy's TTL in seconds: its validated ``ttl_s`` parameter (so a policy whose
+    TTL is a default, like ``ttl_1h``, counts too), else a raw ``ttl_s``/``ttl`` parameter."""
+    ref = scenario.cache.eviction
+    try:
+        from agentsim.cache.policies import EVICTION_POLICIES
+
+        params = EVICTION_POLICIES.validate_params(ref.name, ref.params)
+        value = getattr(params, "ttl_s", None)
+        if isinstance(value, (int, float)) and value > 0:
+            return float(value)
+    except Exception:  # noqa: BLE001 - unknown policy or params: fall back to the raw mapping
+        pass
+    params = ref.params or {}
     for key in ("ttl_s", "ttl"):
         if key in params and params[key] is not None:
             try:
