@@ -88,6 +88,12 @@ class AgentDriver:
         self._next_session_id = 0
         self._session_index = [0] * len(self.classes)
 
+    on_idle: Callable[[], None] | None = None
+
+    def finished_issuing(self) -> bool:
+        """After ``duration_s`` no agent issues a new call (in-flight ones still finish)."""
+        return self.env.now >= self.end_s
+
     def start(self) -> None:
         for model in self.classes:
             arrival = model.spec.arrival
