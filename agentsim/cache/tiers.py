@@ -590,6 +590,16 @@ class TieredCache:
             node = node.parent
         return blocks
 
+    def cancel_load(self, deepest: TNode) -> None:
+        """Undo :meth:`begin_load` (the request could not get HBM room)."""
+        released = []
+        node = deepest
+        while node.parent is not None and node.loading > 0 and node.entries[0] is None:
+            node.loading -= 1
+            released.extend(entry for entry in node.entries if entry is not None)
+            node = node.parent
+        self._release_io(released)
+
     def finish_load(self, deepest: TNode, n_reserved: int, now_s: float) -> dict[int, int]:
         """The load begun with :meth:`begin_load` arrived: its blocks become HBM-resident using
         ``n_reserved`` reserved blocks (any surplus, e.g. blocks another request recomputed

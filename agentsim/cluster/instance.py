@@ -10,6 +10,14 @@ prompt's blocks (path-touch) -> PIN the matched prefix -> RESERVE blocks for the
 output tokens (may evict, never the pinned prefix) -> prefill/decode -> COMMIT the prompt and
 output blocks -> UNPIN. A request that can never fit (more blocks than the cache holds) is
 rejected; one that does not fit now waits (FCFS, head of line).
+
+With a memory hierarchy (a :class:`~agentsim.cache.tiers.TieredCache` and a
+:class:`~agentsim.cluster.topology.InstanceLinks`), admission sees the per-tier breakdown of the
+matched prefix; the load rule (:data:`LOAD_RULES`, cost-model comparison by default) picks how
+much of the below-HBM part to load rather than recompute. Loaded blocks are reserved in HBM
+with the rest; the request's prefill waits for the load (or overlaps it layer by layer, in which
+case only its first token waits). Disk and remote hits stage through DRAM (two transfers). Peer
+HBM hits (another instance of the NVLink domain) come over NVLink. TTFT = queue + load + prefill.
 """
 
 from __future__ import annotations
@@ -20,12 +28,57 @@ from typing import Callable
 import simpy
 
 from agentsim.cache.radix import Node, RadixCache
+from agentsim.cache.tiers import TieredCache
 from agentsim.cluster.costmodel import RooflineCostModel
 from agentsim.cluster.request import LLMRequest
+from agentsim.registry import Registry
+
+LOAD_RULES: Registry = Registry("load rule")
+
+
+class LoadRule:
+    """Chooses how many of the below-HBM segments (in path order) to load; the rest is recomputed.
+
+    ``options`` is a list, per cut k = 0..K, of (load_s, recompute_s) estimates: loading the first
+    k segments and recomputing the remaining matched tokens. Returns k.
+    """
+
+    Params = None
+
+    def __init__(self, params=None):
+        self.params = params
+
+    def choose(self, options: list[tuple[float, float]]) -> int:
+        raise NotImplementedError
+
+
+@LOAD_RULES.register("cost_model")
+class CostModelRule(LoadRule):
+    """The cut with the smallest estimated load + recompute time (ties: load more)."""
+
+    def choose(self, options):
+        best_k, best = 0, float("inf")
+        for k, (load_s, recompute_s) in enumerate(options):
+            if load_s + recompute_s <= best:
+                best_k, best = k, load_s + recompute_s
+        return best_k
+
+
+@LOAD_RULES.register("always_load")
+class AlwaysLoad(LoadRule):
+    def choose(self, options):
+        return len(options) - 1
+
+
+@LOAD_RULES.register("never_load")
+class NeverLoad(LoadRule):
+    def choose(self, options):
+        return 0
 
 
 class _Running:
-    __slots__ = ("req", "node", "cached_blocks", "reserved_blocks", "prefill_left", "context_tokens", "output_left")
+    __slots__ = ("req", "node", "cached_blocks", "reserved_blocks", "prefill_left", "context_tokens", "output_left",
+                 "loaded", "prefill_done_s")
 
     def __init__(self, req: LLMRequest, node: Node, cached_blocks: int, reserved_blocks: int, hit_tokens: int):
         self.req = req
@@ -35,6 +88,8 @@ class _Running:
         self.prefill_left = req.prompt_tokens - hit_tokens
         self.context_tokens = hit_tokens
         self.output_left = req.output_tokens
+        self.loaded = True
+        self.prefill_done_s = float("nan")
 
 
 class ServingInstance:
@@ -42,7 +97,8 @@ class ServingInstance:
 
     def __init__(self, env: simpy.Environment, instance_id: int, cache: RadixCache, cost: RooflineCostModel,
                  block_tokens: int, max_batch_requests: int, prefill_chunk_tokens: int,
-                 on_finish: Callable[[LLMRequest], None], check_invariants: bool = False):
+                 on_finish: Callable[[LLMRequest], None], check_invariants: bool = False,
+                 links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None):
         self.env = env
         self.instance_id = instance_id
         self.cache = cache
@@ -57,6 +113,19 @@ class ServingInstance:
         self.busy_s = 0.0
         self.iterations = 0
         self._wakeup = env.event()
+        # Memory hierarchy (None/False for an HBM-only instance: the original fast path).
+        self.tiered = isinstance(cache, TieredCache)
+        self.links = links
+        self.load_rule = load_rule if load_rule is not None else CostModelRule()
+        self.overlap_layers = overlap_layers
+        self.peers = peers or []          # instances of the same NVLink domain (peer-HBM hits)
+        self.loading = 0
+        self.block_bytes = block_tokens * cost.kv_bytes_per_token
+        if self.tiered and links is not None:
+            cache.on_transfer = self._on_cache_transfer
+        #: ``before_unpin(request, deepest_node)``: called at a request's end after COMMIT and
+        #: before UNPIN (set by the engine for tool-start events).
+        self.before_unpin: Callable[[LLMRequest, Node], None] | None = None
         self.process = env.process(self._loop())
 
     # --- interface for the router ----------------------------------------------------------
@@ -84,6 +153,10 @@ class ServingInstance:
                 req.finish_s = now
                 self.on_finish(req)
                 continue
+            if self.tiered:
+                if not self._admit_tiered(req, total_blocks, now):
+                    break
+                continue
             match = cache.match(req.prompt_keys, now)
             cached = match.hit_blocks
             cache.pin(match.node)
@@ -98,11 +171,143 @@ class ServingInstance:
             req.admitted_s = now
             self.running.append(_Running(req, match.node, cached, need, hit_tokens))
 
+    # --- memory hierarchy ---------------------------------------------------------------------
+    def _on_cache_transfer(self, src: str, dst: str, n_blocks: int) -> None:
+        """Copies down (demotion, write-through) occupy links; the cache accounted them already."""
+        link = self.links.write_link(src, dst)
+        if link is not None:
+            link.transfer(n_blocks * self.block_bytes)
+
+    def _segments(self, start: Node, deepest: Node) -> list[tuple[int, int, Node]]:
+        """Below-HBM nodes from ``start`` (exclusive) to ``deepest`` grouped into runs of equal
+        source tier: [(tier, blocks, last node)]; stops at a node another load is bringing in."""
+        cache: TieredCache = self.cache
+        path = []
+        node = deepest
+        while node is not start and node.parent is not None:
+            path.append(node)
+            node = node.parent
+        segments: list[list] = []
+        for node in reversed(path):
+            if node.loading:
+                break
+            src = cache.source_tier(node)
+            if segments and segments[-1][0] == src:
+                segments[-1][1] += len(node.keys)
+                segments[-1][2] = node
+            else:
+                segments.append([src, len(node.keys), node])
+        return [tuple(seg) for seg in segments]
+
+    def _load_estimate_s(self, tier_name: str, n_blocks: int) -> float:
+        return sum(link.estimate_s(n_blocks * self.block_bytes) for link in self.links.load_path(tier_name))
+
+    def _admit_tiered(self, req: LLMRequest, total_blocks: int, now: float) -> bool:
+        cache: TieredCache = self.cache
+        cost = self.cost
+        bt = self.block_tokens
+        match = cache.match(req.prompt_keys, now)
+        hbm_node, hbm_blocks = cache.hbm_prefix(match.node)
+        segments = self._segments(hbm_node, match.node) if match.hit_blocks > hbm_blocks else []
+        matched_blocks = hbm_blocks + sum(seg[1] for seg in segments)
+        # Peer HBM (same NVLink domain) may hold more of the prompt than this instance has.
+        peer_blocks = 0
+        if self.peers and self.links is not None:
+            best = 0
+            for peer in self.peers:
+                best = max(best, peer.cache.peek(req.prompt_keys)[0])
+            if best > matched_blocks:
+                peer_blocks = best - matched_blocks
+        usable = max(0, (req.prompt_tokens - 1) // bt)  # at least one prompt token is computed
+        # Options: load the first k segments (peer blocks count as a last segment).
+        names = [cache.tiers[seg[0]].name for seg in segments]
+        sizes = [seg[1] for seg in segments]
+        if peer_blocks and len(segments) == len(sizes) and sum(sizes) + hbm_blocks == matched_blocks:
+            names.append("peer_hbm")
+            sizes.append(peer_blocks)
+        options = []
+        load_s = 0.0
+        loaded = hbm_blocks
+        top = min(usable, hbm_blocks + sum(sizes))
+        for k in range(len(sizes) + 1):
+            if k:
+                load_s += self._load_estimate_s(names[k - 1], sizes[k - 1])
+                loaded += sizes[k - 1]
+            rest = max(0, min(top, usable) - min(loaded, top))
+            recompute_s = cost.prefill_flops(rest * bt, min(loaded, top) * bt) / cost.flops_per_s
+            options.append((load_s, recompute_s))
+        k = self.load_rule.choose(options) if sizes else 0
+        local_k = min(k, len(segments))
+        deepest = segments[local_k - 1][2] if local_k else hbm_node
+        load_blocks = cache.begin_load(deepest) if local_k else 0
+        cache.pin(deepest)
+        need = total_blocks - hbm_blocks
+        if not cache.reserve(need, now):
+            cache.unpin(deepest)
+            if load_blocks:
+                cache.cancel_load(deepest)
+            return False
+        self.waiting.popleft()
+        peer_used = peer_blocks if k > len(segments) else 0
+        cached = hbm_blocks + load_blocks
+        hit_tokens = min((cached + peer_used) * bt, req.prompt_tokens - 1)
+        req.hit_tokens = hit_tokens
+        req.admitted_s = now
+        tier_hits = req.tier_hit_tokens
+        tier_hits["hbm"] = min(hbm_blocks * bt, hit_tokens)
+        remaining = hit_tokens - tier_hits["hbm"]
+        jobs = []
+        for seg, name in zip(segments[:local_k], names):
+            take = min(seg[1] * bt, remaining)
+            tier_hits[name] = tier_hits.get(name, 0) + take
+            remaining -= take
+            jobs.append((name, seg[1]))
+        if peer_used:
+            tier_hits["peer_hbm"] = remaining
+            jobs.append(("peer_hbm", peer_used))
+        state = _Running(req, deepest, cached, need - load_blocks, hit_tokens)
+        self.running.append(state)
+        if jobs:
+            state.loaded = False
+            self.loading += 1
+            self.env.process(self._load(state, deepest, load_blocks, jobs))
+        return True
+
+    def _load(self, state: _Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]]):
+        """Move the chosen blocks up (all sources in parallel; disk/remote stage through DRAM)."""
+        env = self.env
+        procs = [env.process(self._load_path(name, n_blocks * self.block_bytes)) for name, n_blocks in jobs]
+        yield simpy.AllOf(env, procs)
+        now = env.now
+        if load_blocks:
+            self.cache.finish_load(deepest, load_blocks, now)
+        req = state.req
+        req.loaded_bytes = sum(n for _, n in jobs) * self.block_bytes
+        req.load_done_s = now
+        state.loaded = True
+        self.loading -= 1
+        if state.prefill_left == 0:  # overlapped prefill already finished: first token now
+            req.first_token_s = now
+            state.output_left -= 1
+            state.context_tokens += 1
+        if self.check_invariants:
+            self.cache.check_invariants()
+        if not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def _load_path(self, tier_name: str, size_bytes: float):
+        for link in self.links.load_path(tier_name):
+            yield link.transfer(size_bytes)
+
     def _finish(self, state: _Running) -> None:
         req = state.req
         now = self.env.now
         keys = req.total_keys[state.cached_blocks:]
         node = self.cache.commit(state.node, keys, state.cached_blocks, state.reserved_blocks, now)
+        if self.before_unpin is not None:
+            # Agentic policies (TTL-pin, InferCept, KVFlow) see the paused agent's deepest node
+            # while the request still pins it, so a TTL-pin can take over without a gap.
+            self.before_unpin(req, node)
         self.cache.unpin(node)
         req.finish_s = now
         self.on_finish(req)
@@ -129,7 +334,14 @@ class ServingInstance:
             if not self.running:
                 yield self._wakeup
                 continue
-            prefilling = [s for s in self.running if s.prefill_left > 0]
+            if self.loading:
+                overlap = self.overlap_layers
+                prefilling = [s for s in self.running if s.prefill_left > 0 and (s.loaded or overlap)]
+                if not prefilling and not any(s.loaded and s.prefill_left == 0 for s in self.running):
+                    yield self._wakeup  # everything waits on loads
+                    continue
+            else:
+                prefilling = [s for s in self.running if s.prefill_left > 0]
             if prefilling:
                 yield from self._prefill_iteration(prefilling, cost)
             else:
@@ -138,7 +350,7 @@ class ServingInstance:
 
     def _prefill_iteration(self, prefilling: list[_Running], cost: RooflineCostModel):
         env = self.env
-        decoding = [s for s in self.running if s.prefill_left == 0]
+        decoding = [s for s in self.running if s.prefill_left == 0 and s.loaded]
         budget = max(1, self.chunk_tokens - len(decoding))
         chunks = []
         flops = 0.0
@@ -159,23 +371,25 @@ class ServingInstance:
             state.prefill_left -= n
             state.context_tokens += n
             if state.prefill_left == 0:
-                state.req.first_token_s = now
-                state.output_left -= 1
-                state.context_tokens += 1
+                state.prefill_done_s = now
+                if state.loaded:
+                    state.req.first_token_s = now
+                    state.output_left -= 1
+                    state.context_tokens += 1
         for state in decoding:
             state.output_left -= 1
             state.context_tokens += 1
 
     def _decode_stretch(self, cost: RooflineCostModel):
         env = self.env
-        running = self.running
+        running = self.running if not self.loading else [s for s in self.running if s.loaded]
         n = len(running)
         context = sum(s.context_tokens for s in running)
         steps = min(s.output_left for s in running)
         start = env.now
         full_s = cost.decode_stretch_s(n, context, steps)
         timeout = env.timeout(full_s)
-        if len(running) < self.max_batch:
+        if len(self.running) < self.max_batch or self.loading:
             result = yield timeout | self._wakeup
             if timeout not in result:
                 # A request arrived: finish the step in progress, then let it join.

@@ -107,7 +107,13 @@ class Link:
 
     def _rearm(self) -> None:
         # Finish everything that is (numerically) done, then arm one timer for the next finisher.
-        finished = [tr for tr in self.active if tr.remaining_bytes <= max(1e-9 * tr.size_bytes, 1e-3)]
+        # A transfer is done when what is left would take less than the clock can resolve
+        # (float round-off of the fluid model must not spin zero-length timers).
+        n = len(self.active)
+        tiny_s = 1e-12 * max(1.0, self.env.now)
+        finished = [tr for tr in self.active
+                    if tr.remaining_bytes <= max(1e-9 * tr.size_bytes, 1.0)
+                    or tr.remaining_bytes * n / self.bandwidth_bytes_per_s <= tiny_s]
         if finished:
             for tr in finished:
                 self.bytes_total += tr.remaining_bytes

@@ -26,6 +26,12 @@ class LLMRequest:
     gap_before_s: float = float("nan")
     gap_kind: str = "first"
     mutations: int = 0          # history rewrites (compactions, edits) of the session before this call
+    # The agent's pause after this call, known when it is issued (pre-sampled in the same draw
+    # order, so results do not change): "tool", "human", "join" (sub-agents) or "" (last call).
+    # The engine turns tool/human pauses into the policy's on_tool_start (see engine/simulation.py).
+    agent_id: int = -1          # one agent (a session's main conversation or one sub-agent)
+    next_gap_s: float = float("nan")
+    next_gap_kind: str = ""
     # Filled by the serving instance.
     instance: int = -1
     admitted_s: float = float("nan")
@@ -33,3 +39,7 @@ class LLMRequest:
     finish_s: float = float("nan")
     hit_tokens: int = 0
     rejected: bool = False
+    # Memory hierarchy: hit tokens by the tier that served them, bytes loaded, load end.
+    tier_hit_tokens: dict = field(default_factory=dict)
+    loaded_bytes: float = 0.0
+    load_done_s: float = float("nan")

@@ -2,11 +2,19 @@
 
 * ``round_robin``: instances in turn.
 * ``least_loaded``: fewest waiting + running requests (lowest index on ties).
-* ``prefix_affinity``: longest cached prefix (a non-touching lookup), then least loaded;
-  a session's calls stick to the instance holding its history.
+* ``prefix_affinity``: cache-aware, in the style of Mooncake's conductor and Dynamo's KV router:
+  minimise ``tokens to prefill + load_penalty_tokens * load`` where the tokens to prefill are
+  the prompt minus its cached prefix on that instance (HBM hits; lower-tier hits count at
+  ``lower_tier_weight``) and load is waiting + running requests. With a large penalty it is
+  least-loaded; with 0 it is pure longest-prefix (a session's calls follow its history).
+
+``serving.sticky_sessions`` wraps any router: a session's first call is placed by the router,
+later calls (and its sub-agents) go to the same instance.
 """
 
 from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentsim.cluster.instance import ServingInstance
 from agentsim.cluster.request import LLMRequest
@@ -16,8 +24,11 @@ ROUTERS: Registry = Registry("router")
 
 
 class Router:
-    def __init__(self, instances: list[ServingInstance]):
+    Params = None
+
+    def __init__(self, instances: list[ServingInstance], params=None):
         self.instances = instances
+        self.params = params if params is not None else (self.Params() if self.Params else None)
 
     def choose(self, request: LLMRequest) -> ServingInstance:
         raise NotImplementedError
@@ -28,8 +39,8 @@ class Router:
 
 @ROUTERS.register("round_robin")
 class RoundRobin(Router):
-    def __init__(self, instances):
-        super().__init__(instances)
+    def __init__(self, instances, params=None):
+        super().__init__(instances, params)
         self._next = 0
 
     def choose(self, request):
@@ -44,12 +55,55 @@ class LeastLoaded(Router):
         return min(self.instances, key=lambda inst: (inst.load, inst.instance_id))
 
 
+class AffinityParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    load_penalty_tokens: float = Field(0.0, ge=0, description="prefill tokens one queued/running request is worth")
+    lower_tier_weight: float = Field(0.5, ge=0, le=1, description="share of a below-HBM hit counted as cached")
+
+
 @ROUTERS.register("prefix_affinity")
 class PrefixAffinity(Router):
+    Params = AffinityParams
+
+    def _cached_tokens(self, inst: ServingInstance, keys: list[int]) -> float:
+        cache = inst.cache
+        bt = inst.block_tokens
+        if inst.tiered:
+            hbm_blocks, any_blocks = cache.peek(keys)
+            return bt * (hbm_blocks + self.params.lower_tier_weight * (any_blocks - hbm_blocks))
+        return bt * cache.match(keys, 0.0, touch=False).hit_blocks
+
     def choose(self, request):
         if len(self.instances) == 1:
             return self.instances[0]
+        penalty = self.params.load_penalty_tokens
+        prompt = request.prompt_tokens
         return min(
             self.instances,
-            key=lambda inst: (-inst.cache.match(request.prompt_keys, 0.0, touch=False).hit_blocks, inst.load, inst.instance_id),
+            key=lambda inst: (prompt - self._cached_tokens(inst, request.prompt_keys) + penalty * inst.load,
+                              inst.load, inst.instance_id),
         )
+
+
+class StickySessions(Router):
+    """Calls of a session go where its first call went (placed by ``inner``)."""
+
+    def __init__(self, inner: Router):
+        super().__init__(inner.instances)
+        self.inner = inner
+        self.home: dict[int, ServingInstance] = {}
+
+    def choose(self, request):
+        instance = self.home.get(request.session_id)
+        if instance is None:
+            instance = self.home[request.session_id] = self.inner.choose(request)
+        return instance
+
+
+def make_router(scenario, instances: list[ServingInstance]) -> Router:
+    """The scenario's router (``serving.router`` with ``serving.router_params``), sticky if asked."""
+    serving = scenario.serving
+    cls = ROUTERS.get(serving.router)
+    params = ROUTERS.validate_params(serving.router, serving.router_params)
+    router = cls(instances, params)
+    return StickySessions(router) if serving.sticky_sessions else router

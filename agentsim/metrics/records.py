@@ -30,6 +30,15 @@ class RequestRecord:
     finish_s: float
     slo_met: bool
     rejected: bool
+    # Memory hierarchy (TTFT = queue_wait + load_wait + prefill; hit tokens by serving tier).
+    load_wait_s: float = float("nan")
+    prefill_s: float = float("nan")
+    hit_tokens_hbm: int = 0
+    hit_tokens_peer_hbm: int = 0
+    hit_tokens_dram: int = 0
+    hit_tokens_disk: int = 0
+    hit_tokens_remote: int = 0
+    loaded_bytes: float = 0.0
 
 
 @dataclass(slots=True)
