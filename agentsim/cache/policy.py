@@ -80,8 +80,12 @@ class EvictionPolicy:
         """``blocks`` blocks of ``node`` (its tail, or all of it) left the cache."""
 
     # --- agentic hooks (called by the engine once it is wired; no-ops by default) --------
-    def on_tool_start(self, owner: Any, node: "Node", predicted_gap_s: float, now_s: float) -> None:
-        """``owner``'s LLM call ended with a tool call; ``node`` is the deepest node of its context."""
+    def on_tool_start(self, owner: Any, node: "Node", predicted_gap_s: float, now_s: float,
+                      tool: str = "tool") -> None:
+        """``owner``'s LLM call ended with a pause (``tool``: "tool" or "human"); ``node`` is the
+        deepest node of its context, still pinned by the finishing request (the engine unpins it
+        right after this call). ``predicted_gap_s`` is the pause the agent will take (the
+        agent's own pre-sampled gap: clairvoyant; history-based policies ignore it)."""
 
     def on_tool_end(self, owner: Any, now_s: float) -> None:
         """``owner``'s tool returned; its next call will arrive."""

@@ -31,6 +31,13 @@ SUMMARY_ROWS = [
     ("tpot_p50_s", "TPOT p50 (s)"), ("tpot_p99_s", "TPOT p99 (s)"), ("e2e_p99_s", "E2E p99 (s)"),
     ("sla_attainment", "SLA attainment"), ("evicted_blocks", "evicted blocks"),
     ("gpu_busy_fraction", "GPU busy fraction"), ("simulated_s", "simulated (s)"), ("wall_s", "wall (s)"),
+    # Diagnostics (agentsim/metrics/diagnostics.py): why the cache result is what it is.
+    ("regime", "regime"), ("characteristic_eviction_time_s", "T_C: median idle age at eviction (s)"),
+    ("ttl_s", "policy TTL (s)"), ("ttl_expirations_blocks", "TTL expirations (blocks)"),
+    ("pins_created", "TTL-pins created"), ("pins_honored", "TTL-pins honoured"),
+    ("pins_timed_out", "TTL-pins timed out"), ("pins_broken_by_pressure", "TTL-pins broken by pressure"),
+    ("belady_replay_hit_ratio", "Belady hit ratio (replay, blocks)"),
+    ("policy_replay_hit_ratio", "policy hit ratio (replay, blocks)"), ("belady_headroom", "Belady headroom"),
 ]
 
 
@@ -40,10 +47,11 @@ def summary_table(summary: dict, title: str = "summary") -> Table:
     table.add_column("value", justify="right")
     shown = set()
     for key, label in SUMMARY_ROWS:
-        if key in summary:
+        if key in summary and summary[key] is not None:
             table.add_row(label, _fmt(summary[key]))
             shown.add(key)
-    for key in ("evicted_blocks_by_reason", "recomputed_tokens_by_gap"):
+    by_reason = "evictions_by_reason_blocks" if "evictions_by_reason_blocks" in summary else "evicted_blocks_by_reason"
+    for key in (by_reason, "recomputed_tokens_by_gap"):
         if isinstance(summary.get(key), dict) and summary[key]:
             table.add_row(key.replace("_", " "), ", ".join(f"{k}={_fmt(v)}" for k, v in summary[key].items()))
     return table

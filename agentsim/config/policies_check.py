@@ -42,3 +42,20 @@ def check_policy_ref(ref, path: tuple, source: str, lines: dict) -> None:
 
 def check_policies(scenario, source: str, lines: dict) -> None:
     check_policy_ref(scenario.cache.eviction, ("cache", "eviction"), source, lines)
+    check_admission_ref(scenario.cache.admission, ("cache", "admission"), source, lines)
+
+
+def check_admission_ref(ref, path: tuple, source: str, lines: dict) -> None:
+    """Raise InputError if the admission filter ``ref`` is unknown or its parameters do not validate."""
+    from agentsim.cache.policies.admission import ADMISSION_FILTERS
+
+    if ref.name not in ADMISSION_FILTERS:
+        raise InputError(ADMISSION_FILTERS.unknown_message(ref.name), source, _loc(lines, path + ("name",)))
+    try:
+        ADMISSION_FILTERS.validate_params(ref.name, ref.params)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise InputError(error["msg"].removeprefix("Value error, "), source,
+                         _loc(lines, path + ("params",) + tuple(error["loc"]))) from None
+    except ValueError as exc:
+        raise InputError(str(exc), source, _loc(lines, path + ("params",))) from None

@@ -158,6 +158,8 @@ class CacheConfig(Strict):
     block_tokens: int = Field(64, gt=0, description="tokens per KV block (page)")
     eviction: PolicyRef = Field(default_factory=PolicyRef, description="HBM eviction policy")
     tiers: TiersConfig | None = Field(None, description="tiers below HBM (DRAM, disk, remote, peer HBM); absent = HBM only")
+    admission: PolicyRef = Field(default_factory=lambda: PolicyRef(name="admit_all"),
+                                 description="A1 admission filter at release (admit_all, second_hit, tinylfu; see `agentsim policies`)")
 
 
 class ServingConfig(Strict):

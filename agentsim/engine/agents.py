@@ -86,9 +86,13 @@ class AgentDriver:
         self.counters = WorkloadCounters()
         self._next_request_id = 0
         self._next_session_id = 0
+        self._next_agent_id = 0
         self._session_index = [0] * len(self.classes)
 
     on_idle: Callable[[], None] | None = None
+    #: ``on_resume(agent_id, request)``: the tool or human pause that followed ``request`` is over
+    #: (the engine releases the agent's TTL-pin there: policy ``on_tool_end``).
+    on_resume: Callable[[int, LLMRequest], None] | None = None
 
     def finished_issuing(self) -> bool:
         """After ``duration_s`` no agent issues a new call (in-flight ones still finish)."""
@@ -145,12 +149,14 @@ class AgentDriver:
         stream = TokenStream(self.block_tokens, self.alloc, prefix_keys, prefix_tokens)
         stream.append(_count(model.initial_context, rng, 1))
         n_calls = _count(model.calls, rng, 1)
-        yield from self._conversation(model, stream, rng, session_id, depth=0, n_calls=n_calls)
+        agent_id = self._next_agent_id
+        self._next_agent_id += 1
+        yield from self._conversation(model, stream, rng, session_id, depth=0, n_calls=n_calls, agent_id=agent_id)
         counters.active_sessions -= 1
         counters.sessions_finished += 1
 
     def _conversation(self, model: AgentClassModel, stream: TokenStream, rng: np.random.Generator,
-                      session_id: int, depth: int, n_calls: int):
+                      session_id: int, depth: int, n_calls: int, agent_id: int = -1):
         env = self.env
         spec = model.spec
         gap_s, gap_kind = float("nan"), "first"
@@ -168,11 +174,14 @@ class AgentDriver:
             if stream.tokens > spec.max_context_tokens:
                 self.counters.sessions_context_full += 1
                 return
-            request = yield from self._call(model, stream, rng, session_id, depth, call_index, gap_s, gap_kind, mutations)
+            request = yield from self._call(model, stream, rng, session_id, depth, call_index, gap_s, gap_kind, mutations,
+                                            agent_id=agent_id, last=call_index == n_calls - 1)
             last_instance = request.instance
             if call_index == n_calls - 1:
                 return
-            if depth == 0 and model.sub_probability > 0 and rng.random() < model.sub_probability:
+            # The pause after the call was drawn when it was issued (same draw order as drawing it
+            # here), so the engine knows it at the call's end (agentic policies' on_tool_start).
+            if request.next_gap_kind == "join":
                 start = env.now
                 fanout = _count(model.sub_fanout, rng, 1)
                 children = []
@@ -187,18 +196,19 @@ class AgentDriver:
                     child.append(_count(model.sub_task, child_rng, 1))
                     calls = _count(model.sub_calls, child_rng, 1)
                     self.counters.subagents_spawned += 1
+                    child_agent = self._next_agent_id
+                    self._next_agent_id += 1
                     children.append(env.process(
-                        self._conversation(model, child, child_rng, session_id, depth + 1, calls)))
+                        self._conversation(model, child, child_rng, session_id, depth + 1, calls, agent_id=child_agent)))
                 yield simpy.AllOf(env, children)
                 for _ in range(fanout):
                     stream.append(_count(model.sub_result, rng, 0))
                 gap_s, gap_kind = env.now - start, "join"
                 continue
-            if rng.random() < spec.human_turn_probability:
-                gap_s, gap_kind = max(0.0, model.human_gap.sample(rng)), "human"
-            else:
-                gap_s, gap_kind = max(0.0, model.tool_gap.sample(rng)), "tool"
+            gap_s, gap_kind = request.next_gap_s, request.next_gap_kind
             yield env.timeout(gap_s)
+            if self.on_resume is not None:
+                self.on_resume(agent_id, request)
             stream.append(_count(model.appended, rng, 0))
             edits = spec.edits
             if edits is not None and edits.probability > 0 and rng.random() < edits.probability:
@@ -215,9 +225,20 @@ class AgentDriver:
         if self.on_mutation is not None and instance >= 0:
             self.on_mutation(instance, old_keys, from_block)
 
-    def _call(self, model, stream: TokenStream, rng, session_id, depth, call_index, gap_s, gap_kind, mutations=0):
+    def _call(self, model, stream: TokenStream, rng, session_id, depth, call_index, gap_s, gap_kind, mutations=0,
+              agent_id: int = -1, last: bool = True):
         prompt_tokens = stream.tokens
         output_tokens = _count(model.output, rng, 1)
+        # What follows this call: drawn now, in the order the conversation loop used to draw it
+        # after the call (sub-agent coin, then human coin and the gap), so sessions are unchanged.
+        next_kind, next_gap = "", float("nan")
+        if not last:
+            if depth == 0 and model.sub_probability > 0 and rng.random() < model.sub_probability:
+                next_kind = "join"
+            elif rng.random() < model.spec.human_turn_probability:
+                next_kind, next_gap = "human", max(0.0, model.human_gap.sample(rng))
+            else:
+                next_kind, next_gap = "tool", max(0.0, model.tool_gap.sample(rng))
         prompt_keys = stream.full_block_keys(prompt_tokens)
         stream.append(output_tokens)
         total_keys = stream.full_block_keys(prompt_tokens + output_tokens)
@@ -226,6 +247,7 @@ class AgentDriver:
             call_index=call_index, arrival_s=self.env.now, prompt_tokens=prompt_tokens,
             output_tokens=output_tokens, prompt_keys=prompt_keys, total_keys=total_keys,
             done=self.env.event(), gap_before_s=gap_s, gap_kind=gap_kind, mutations=mutations,
+            agent_id=agent_id, next_gap_s=next_gap, next_gap_kind=next_kind,
         )
         self._next_request_id += 1
         self.submit(request)

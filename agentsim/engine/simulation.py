@@ -23,6 +23,8 @@ from agentsim.engine.agents import AgentDriver
 from agentsim.metrics.records import OccupancySample, RequestRecord
 from agentsim.metrics.economics import economics_summary
 from agentsim.metrics.summary import summarize_requests
+from agentsim.engine.agentic import AgenticWiring
+from agentsim.metrics.diagnostics import RunDiagnostics
 
 ProgressCallback = Callable[[float, float], None]
 
@@ -61,6 +63,10 @@ class Simulation:
             ))
         self.router = ROUTERS.get(scenario.serving.router)(self.instances)
         self.driver = AgentDriver(self.env, scenario, self._submit, on_mutation=self._on_mutation)
+        # Policy timers (TTL expiry, pin time-outs), tool start/end events, admission filters;
+        # then the diagnostics (evictions by reason, T_C, regime, Belady headroom).
+        self.agentic = AgenticWiring(self.env, scenario, self.instances, self.driver)
+        self.diagnostics = RunDiagnostics(self.env, scenario, self.instances)
         self.request_observers: list[Callable[[LLMRequest], None]] = []
         self.in_flight = 0
         # Triggered once the duration has passed and no call is in flight: agents then only
@@ -105,6 +111,8 @@ class Simulation:
             queue_wait_s=queue, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, finish_s=request.finish_s,
             slo_met=met, rejected=request.rejected,
         ))
+        self.agentic.on_request_end(request)
+        self.diagnostics.observe_request(request)
         request.done.succeed()
         self.in_flight -= 1
         self._maybe_finish()
@@ -182,6 +190,7 @@ class Simulation:
         ttft_p99 = summary["ttft_p99_s"]
         summary["slo_ttft_p99_met"] = (bool(ttft_p99 <= scenario.slo.ttft_p99_s) if scenario.slo.ttft_p99_s is not None else None)
         summary["sla_target_met"] = bool(summary["sla_attainment"] >= scenario.slo.attainment_target) if summary["requests"] else False
+        summary.update(self.diagnostics.summary())
         return RunResult(summary=summary, tables={"requests": requests, "occupancy": occupancy}, scenario=scenario)
 
 

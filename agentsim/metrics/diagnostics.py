@@ -1,0 +1,266 @@
+"""Run diagnostics that explain a cache result (issue 4; policies spec sections 1.5, 6 T1-T2, 7).
+
+Added to every run's ``summary.json`` (and the printed table) by the engine:
+
+* ``evictions_by_reason_blocks``: HBM blocks removed, by reason, every reason always present:
+  ``capacity`` (ordinary capacity eviction), ``ttl_expiry`` (TTL-expiry fired), ``pin_timeout``
+  and ``pressure_unpin`` (capacity evictions of blocks whose TTL-pin had timed out, or had been
+  broken by memory pressure, and that were not used since: reported by the pin policy and
+  taken out of ``capacity``), ``mutation`` (history rewrites), ``admission`` (A1 filter
+  rejects), plus any tier-movement reasons the cache reports (``tool_demote``, ...).
+* TTL counters (spec T1, always emitted, 0 when the policy has no such mechanism):
+  ``ttl_expirations_blocks``, ``capacity_evictions_blocks``, ``pins_created``, ``pins_honored``,
+  ``pins_timed_out``, ``pins_broken_by_pressure``.
+* ``characteristic_eviction_time_s`` (T_C): the block-weighted **median idle age** (now minus
+  the block's last access) of the blocks HBM evicted for capacity; ``..._mean_s`` the mean. This
+  is the measured counterpart of Che's approximation: under LRU a block survives about T_C
+  after its last use, so a TTL ``tau`` can only fire when ``tau < T_C`` (plus, for
+  TTL-pins, the time a block spends pinned). NaN when nothing was evicted for capacity.
+* ``regime``: ``capacity_bound`` when capacity removed more blocks than TTL expiry (a block is
+  evicted before its TTL can fire: "TTL never fired"), ``ttl_bound`` when TTL expiry removed
+  more, ``no_eviction`` when neither removed anything. ``ttl_s`` (the policy's TTL, or null)
+  and ``ttl_margin_s = ttl_s - T_C`` say why.
+* Belady headroom, from a **cache-only replay of the run's own request stream** (each
+  instance's requests in admission order, matched on their prompt blocks and inserting prompt
+  plus output blocks, no overlap, same HBM capacity): ``belady_replay_hit_ratio`` (offline
+  optimum, its future = the recorded stream), ``policy_replay_hit_ratio`` (the run's policy in
+  the same replay: timers fire at the recorded admission times, no tool events) and
+  ``belady_headroom = belady - policy`` (block-weighted hit ratios, both in the same mode, so
+  the difference is the policy's, not the timing's). In timed runs Belady itself is replay-only
+  (a clairvoyant future depends on the timing the policy creates). Skipped (null) for caches
+  with lower tiers and for streams of more than :data:`HEADROOM_MAX_BLOCKS` blocks.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.policies.belady import Belady
+from agentsim.cache.policy import EvictionPolicy
+from agentsim.cache.radix import RadixCache
+
+REASONS = ("capacity", "ttl_expiry", "pin_timeout", "pressure_unpin", "mutation", "admission")
+TTL_COUNTERS = ("ttl_expirations_blocks", "capacity_evictions_blocks", "pins_created", "pins_honored",
+                "pins_timed_out", "pins_broken_by_pressure")
+#: Replays of streams with more requested blocks than this are skipped (keeps big runs fast).
+HEADROOM_MAX_BLOCKS = 20_000_000
+
+
+def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    """The weighted median (lower median on exact halves); NaN for no weight."""
+    if len(values) == 0 or weights.sum() <= 0:
+        return float("nan")
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    index = int(np.searchsorted(cum, cum[-1] / 2.0))
+    return float(values[order][index])
+
+
+class EvictionAgeRecorder:
+    """Records the idle age of blocks a cache tier evicts for capacity (wraps ``policy.on_remove``).
+
+    The wrapper is an instance attribute shadowing the method, so the policy and the cache are
+    unchanged; it costs one call per eviction event, none on the hit path.
+    """
+
+    def __init__(self, env, policy: EvictionPolicy):
+        self.env = env
+        self.ages_s: list[float] = []
+        self.blocks: list[int] = []
+        original = policy.on_remove
+
+        def on_remove(node, blocks, reason, _original=original):
+            if reason == "capacity":
+                self.ages_s.append(env.now - node.last_access_s)
+                self.blocks.append(blocks)
+            _original(node, blocks, reason)
+
+        policy.on_remove = on_remove
+
+
+def _policy_ttl_s(policy) -> float | None:
+    for obj in (policy, getattr(policy, "base", None)):
+        ttl = getattr(obj, "ttl_s", None)
+        if isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
+            return float(ttl)
+    return None
+
+
+class StreamFuture:
+    """Next use of a block key in a request sequence, built with numpy (Belady's ``set_future``
+    is a Python loop over every key; this is the same index, ~10x faster to build).
+
+    ``next_use(key)`` = the first request index strictly after ``position`` whose prompt holds
+    ``key`` (inf if none), exactly :meth:`Belady.next_use`.
+    """
+
+    def __init__(self, requests: list[list[int]]):
+        lengths = np.array([len(r) for r in requests], dtype=np.int64)
+        keys = (np.concatenate([np.asarray(r, dtype=np.int64) for r in requests]) if requests
+                else np.zeros(0, dtype=np.int64))
+        index = np.repeat(np.arange(len(requests), dtype=np.int64), lengths)
+        order = np.argsort(keys, kind="stable")  # stable: request order kept within a key
+        keys, index = keys[order], index[order]
+        if len(keys):
+            keep = np.ones(len(keys), dtype=bool)
+            keep[1:] = (keys[1:] != keys[:-1]) | (index[1:] != index[:-1])
+            keys, index = keys[keep], index[keep]
+        unique, starts = np.unique(keys, return_index=True)
+        self._slot = dict(zip(unique.tolist(), range(len(unique))))
+        self._starts = starts.tolist() + [len(keys)]
+        self._positions = index.tolist()
+        self.position = -1
+
+    def next_use(self, key: int) -> float:
+        slot = self._slot.get(key)
+        if slot is None:
+            return math.inf
+        lo, hi = self._starts[slot], self._starts[slot + 1]
+        i = bisect.bisect_right(self._positions, self.position, lo, hi)
+        return self._positions[i] if i < hi else math.inf
+
+
+def replay_stream(stream: list[tuple[float, int, list[int], list[int]]], capacity_blocks: int,
+                  policy: EvictionPolicy) -> tuple[int, int]:
+    """Serve ``stream`` [(admitted_s, request_id, prompt_keys, total_keys)] in order through one
+    radix cache; returns (hit blocks, requested prompt blocks). Offline policies (``set_future``)
+    get the prompt-key sequence; timer policies fire at the recorded times."""
+    cache = RadixCache(capacity_blocks, policy, name="replay")
+    begin = getattr(policy, "begin_request", None)
+    future = None
+    if isinstance(policy, Belady):
+        future = StreamFuture([prompt for _t, _id, prompt, _total in stream])
+        policy.next_use = future.next_use   # same index as set_future, built faster
+        begin = None
+    elif getattr(policy, "set_future", None) is not None:
+        policy.set_future([prompt for _t, _id, prompt, _total in stream])
+    timed = type(policy).next_timer_s is not EvictionPolicy.next_timer_s
+    hits = requested = 0
+    for i, (now_s, _rid, prompt, total) in enumerate(stream):
+        if timed:
+            due = policy.next_timer_s()
+            if due is not None and due <= now_s:
+                policy.on_timer(now_s)
+        if future is not None:
+            future.position = i
+        elif begin is not None:
+            begin(i)
+        node, hit = cache.match(prompt, now_s)
+        hits += hit
+        requested += len(prompt)
+        keep = min(len(total), capacity_blocks)
+        fresh = keep - hit
+        if fresh <= 0:
+            continue
+        cache.pin(node)
+        if not cache.reserve(fresh, now_s):
+            cache.unpin(node)
+            continue
+        cache.unpin(cache.commit(node, total[hit:keep], hit, fresh, now_s))
+    return hits, requested
+
+
+class RunDiagnostics:
+    """Collects what the diagnostics need during a run and summarises it (see module docstring)."""
+
+    def __init__(self, env, scenario, instances: list):
+        self.env = env
+        self.scenario = scenario
+        self.instances = instances
+        self.recorders = [EvictionAgeRecorder(env, inst.cache.policy) for inst in instances]
+        self.tiered = any(getattr(inst.cache, "tiers", None) is not None for inst in instances)
+        self.streams: dict[int, list] = {inst.instance_id: [] for inst in instances}
+
+    def observe_request(self, request) -> None:
+        """Record a finished request for the headroom replay (rejected ones never used the cache)."""
+        if request.rejected or request.instance < 0 or self.tiered:
+            return
+        self.streams[request.instance].append(
+            (request.admitted_s, request.request_id, request.prompt_keys, request.total_keys))
+
+    # --- summary -----------------------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        reasons = {name: 0 for name in REASONS}
+        counters = {name: 0 for name in TTL_COUNTERS}
+        extra_counters: dict[str, int] = {}
+        for inst in self.instances:
+            for reason, blocks in inst.cache.evicted_by_reason.items():
+                reasons[reason] = reasons.get(reason, 0) + blocks
+            for key, value in inst.cache.policy.counters().items():
+                if not isinstance(value, (int, float)):
+                    continue
+                if key in counters:
+                    counters[key] += value
+                else:
+                    extra_counters[key] = extra_counters.get(key, 0) + value
+        # Capacity evictions of blocks released by a pin time-out / pressure unpin are reported
+        # under those reasons (the cache only knows "capacity").
+        for reason in ("pin_timeout", "pressure_unpin"):
+            moved = int(extra_counters.pop(f"evicted_after_{reason}_blocks", 0))
+            moved = min(moved, reasons["capacity"])
+            reasons[reason] += moved
+            reasons["capacity"] -= moved
+        counters["capacity_evictions_blocks"] = reasons["capacity"] + reasons["pin_timeout"] + reasons["pressure_unpin"]
+        counters["ttl_expirations_blocks"] = max(counters["ttl_expirations_blocks"], reasons["ttl_expiry"])
+        out["evictions_by_reason_blocks"] = reasons
+        out.update({k: int(v) for k, v in counters.items()})
+        for key, value in sorted(extra_counters.items()):
+            out[f"policy_{key}"] = value
+        ages = np.array([a for r in self.recorders for a in r.ages_s], dtype=float)
+        weights = np.array([b for r in self.recorders for b in r.blocks], dtype=float)
+        t_c = weighted_median(ages, weights)
+        out["characteristic_eviction_time_s"] = t_c
+        out["characteristic_eviction_time_mean_s"] = (float((ages * weights).sum() / weights.sum())
+                                                      if weights.sum() > 0 else float("nan"))
+        ttl_s = _policy_ttl_s(self.instances[0].cache.policy)
+        out["ttl_s"] = ttl_s
+        out["ttl_margin_s"] = (ttl_s - t_c) if ttl_s is not None and math.isfinite(t_c) else None
+        capacity_like = counters["capacity_evictions_blocks"]
+        expired = counters["ttl_expirations_blocks"]
+        if capacity_like == 0 and expired == 0:
+            regime = "no_eviction"
+        elif capacity_like >= expired:
+            regime = "capacity_bound"
+        else:
+            regime = "ttl_bound"
+        out["regime"] = regime
+        out.update(self.headroom())
+        return out
+
+    def headroom(self) -> dict[str, Any]:
+        empty = {"belady_replay_hit_ratio": None, "policy_replay_hit_ratio": None, "belady_headroom": None}
+        if self.tiered:
+            return empty
+        total_blocks = sum(len(total) for stream in self.streams.values() for _t, _i, _p, total in stream)
+        if total_blocks == 0 or total_blocks > HEADROOM_MAX_BLOCKS:
+            return empty
+        started = time.perf_counter()
+        ref = self.scenario.cache.eviction
+        policy_cls = EVICTION_POLICIES.get(ref.name)
+        opt_hits = pol_hits = requested = 0
+        for inst in self.instances:
+            stream = sorted(self.streams[inst.instance_id], key=lambda r: (r[0], r[1]))
+            if not stream:
+                continue
+            capacity = inst.cache.capacity_blocks
+            hits, req = replay_stream(stream, capacity, EVICTION_POLICIES.get("belady")())
+            opt_hits += hits
+            requested += req
+            if ref.name == "belady":
+                pol_hits += hits
+            else:
+                policy = policy_cls(EVICTION_POLICIES.validate_params(ref.name, ref.params))
+                pol_hits += replay_stream(stream, capacity, policy)[0]
+        if requested == 0:
+            return empty
+        opt = opt_hits / requested
+        pol = pol_hits / requested
+        return {"belady_replay_hit_ratio": opt, "policy_replay_hit_ratio": pol, "belady_headroom": opt - pol,
+                "headroom_replay_wall_s": time.perf_counter() - started}
