@@ -41,6 +41,13 @@ SUMMARY_ROWS = [
 ]
 
 
+# Memory-hierarchy rows (present when cache.tiers is enabled): TTFT = queue + load + prefill.
+HIERARCHY_ROWS = [
+    ("ttft_queue_wait_mean_s", "TTFT queue mean (s)"), ("ttft_load_wait_mean_s", "TTFT load mean (s)"),
+    ("ttft_prefill_mean_s", "TTFT prefill mean (s)"), ("ttft_load_wait_p99_s", "TTFT load p99 (s)"),
+]
+
+
 def summary_table(summary: dict, title: str = "summary") -> Table:
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
@@ -50,6 +57,14 @@ def summary_table(summary: dict, title: str = "summary") -> Table:
         if key in summary and summary[key] is not None:
             table.add_row(label, _fmt(summary[key]))
             shown.add(key)
+    for key, label in HIERARCHY_ROWS:
+        if key in summary and summary[key] is not None:
+            table.add_row(label, _fmt(summary[key]))
+    if isinstance(summary.get("hit_ratio_by_tier"), dict):
+        table.add_row("hit ratio by tier", ", ".join(f"{k}={_fmt(v)}" for k, v in summary["hit_ratio_by_tier"].items()))
+    if isinstance(summary.get("link_kinds"), dict):
+        for kind, stats in summary["link_kinds"].items():
+            table.add_row(f"link {kind}", f"{stats['bytes'] / 1e9:,.1f} GB, max utilisation {stats['max_utilisation']:.3g}")
     by_reason = "evictions_by_reason_blocks" if "evictions_by_reason_blocks" in summary else "evicted_blocks_by_reason"
     for key in (by_reason, "recomputed_tokens_by_gap"):
         if isinstance(summary.get(key), dict) and summary[key]:
