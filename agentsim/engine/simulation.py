@@ -18,7 +18,8 @@ from agentsim.cache.radix import RadixCache
 from agentsim.cluster.costmodel import RooflineCostModel
 from agentsim.cluster.instance import ServingInstance
 from agentsim.cluster.request import LLMRequest
-from agentsim.cluster.router import ROUTERS
+from agentsim.cluster.router import make_router
+from agentsim.cluster.topology import Hierarchy, load_breakdown
 from agentsim.engine.agents import AgentDriver
 from agentsim.metrics.records import OccupancySample, RequestRecord
 from agentsim.metrics.economics import economics_summary
@@ -41,7 +42,12 @@ class RunResult:
 class Simulation:
     """One wired simulation. Build it, :meth:`run` it once."""
 
-    def __init__(self, scenario, progress: ProgressCallback | None = None, env: simpy.Environment | None = None):
+    def __init__(self, scenario, progress: ProgressCallback | None = None, env: simpy.Environment | None = None,
+                 driver_factory=None):
+        """``driver_factory(env, scenario, submit, on_mutation)`` builds the workload driver
+        (default: :class:`AgentDriver`, the scenario's agents; trace replay passes its own). A
+        driver has ``start()``, ``counters`` and ``finished_issuing() -> bool``, and calls its
+        ``on_idle`` attribute (set here) when it may have issued its last call."""
         self.scenario = scenario
         self.progress = progress
         self.env = env if env is not None else simpy.Environment()
@@ -53,16 +59,28 @@ class Simulation:
         policy_ref = scenario.cache.eviction
         policy_cls = EVICTION_POLICIES.get(policy_ref.name)
         self.instances = []
+        # Memory hierarchy below HBM (tiers, links, topology): only when the scenario enables it,
+        # so HBM-only runs keep the single-tier cache and its speed.
+        tiers = scenario.cache.tiers
+        self.hierarchy = Hierarchy(self.env, scenario) if tiers is not None and tiers.active() else None
         for index in range(scenario.hardware.instances):
-            params = EVICTION_POLICIES.validate_params(policy_ref.name, policy_ref.params)
-            cache = RadixCache(self.capacity_blocks, policy_cls(params), name="hbm")
+            extra = {}
+            if self.hierarchy is not None:
+                cache = self.hierarchy.make_cache(index, self.capacity_blocks)
+                extra = self.hierarchy.instance_kwargs(index)
+            else:
+                params = EVICTION_POLICIES.validate_params(policy_ref.name, policy_ref.params)
+                cache = RadixCache(self.capacity_blocks, policy_cls(params), name="hbm")
             self.instances.append(ServingInstance(
                 self.env, index, cache, self.cost, self.block_tokens,
                 scenario.serving.max_batch_requests, scenario.serving.prefill_chunk_tokens,
-                on_finish=self._on_finish, check_invariants=scenario.run.check_invariants,
+                on_finish=self._on_finish, check_invariants=scenario.run.check_invariants, **extra,
             ))
-        self.router = ROUTERS.get(scenario.serving.router)(self.instances)
-        self.driver = AgentDriver(self.env, scenario, self._submit, on_mutation=self._on_mutation)
+        if self.hierarchy is not None:
+            self.hierarchy.connect_peers(self.instances)
+        self.router = make_router(scenario, self.instances)
+        self.driver = (driver_factory or AgentDriver)(self.env, scenario, self._submit, on_mutation=self._on_mutation)
+        self.driver.on_idle = self._maybe_finish
         # Policy timers (TTL expiry, pin time-outs), tool start/end events, admission filters;
         # then the diagnostics (evictions by reason, T_C, regime, Belady headroom).
         self.agentic = AgenticWiring(self.env, scenario, self.instances, self.driver)
@@ -84,7 +102,7 @@ class Simulation:
         self.router.submit(request)
 
     def _maybe_finish(self) -> None:
-        if self.env.now >= self.scenario.duration_s and self.in_flight == 0 and not self.finished.triggered:
+        if self.in_flight == 0 and self.driver.finished_issuing() and not self.finished.triggered:
             self.finished.succeed()
 
     def _end_of_arrivals(self):
@@ -102,6 +120,8 @@ class Simulation:
             queue = request.admitted_s - request.arrival_s
             tpot = (request.finish_s - request.first_token_s) / (request.output_tokens - 1) if request.output_tokens > 1 else 0.0
             met = ttft <= slo.ttft_s and tpot <= slo.tpot_s
+        load_wait, prefill = load_breakdown(request)
+        tier_hits = request.tier_hit_tokens if request.tier_hit_tokens else {"hbm": request.hit_tokens}
         self.request_records.append(RequestRecord(
             request_id=request.request_id, session_id=request.session_id, agent_class=request.agent_class,
             depth=request.depth, call_index=request.call_index, instance=request.instance,
@@ -110,6 +130,10 @@ class Simulation:
             hit_tokens=request.hit_tokens, recomputed_tokens=request.prompt_tokens - request.hit_tokens,
             queue_wait_s=queue, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, finish_s=request.finish_s,
             slo_met=met, rejected=request.rejected,
+            load_wait_s=load_wait, prefill_s=prefill,
+            hit_tokens_hbm=tier_hits.get("hbm", 0), hit_tokens_peer_hbm=tier_hits.get("peer_hbm", 0),
+            hit_tokens_dram=tier_hits.get("dram", 0), hit_tokens_disk=tier_hits.get("disk", 0),
+            hit_tokens_remote=tier_hits.get("remote", 0), loaded_bytes=request.loaded_bytes,
         ))
         self.agentic.on_request_end(request)
         self.diagnostics.observe_request(request)
@@ -118,7 +142,8 @@ class Simulation:
         self._maybe_finish()
 
     def _sampler(self):
-        interval = max(self.scenario.duration_s / 200.0, 1e-3)
+        # About 200 samples over the run; trace replays set ``sample_interval_s`` from the trace span.
+        interval = getattr(self.driver, "sample_interval_s", None) or max(self.scenario.duration_s / 200.0, 1e-3)
         while True:
             now = self.env.now
             for instance in self.instances:
@@ -127,6 +152,12 @@ class Simulation:
                     time_s=now, instance=instance.instance_id, tier=cache.name, used_blocks=cache.used_blocks,
                     capacity_blocks=cache.capacity_blocks, pinned_blocks=cache.reserved_blocks,
                     running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
+                if self.hierarchy is not None:
+                    for tier, used, capacity, pinned in self.hierarchy.occupancy(instance):
+                        self.occupancy.append(OccupancySample(
+                            time_s=now, instance=instance.instance_id, tier=tier, used_blocks=used,
+                            capacity_blocks=capacity, pinned_blocks=pinned,
+                            running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
             if self.finished.triggered:
                 return
             yield self.env.timeout(interval)
@@ -191,7 +222,11 @@ class Simulation:
         summary["slo_ttft_p99_met"] = (bool(ttft_p99 <= scenario.slo.ttft_p99_s) if scenario.slo.ttft_p99_s is not None else None)
         summary["sla_target_met"] = bool(summary["sla_attainment"] >= scenario.slo.attainment_target) if summary["requests"] else False
         summary.update(self.diagnostics.summary())
-        return RunResult(summary=summary, tables={"requests": requests, "occupancy": occupancy}, scenario=scenario)
+        tables = {"requests": requests, "occupancy": occupancy}
+        if self.hierarchy is not None:
+            summary.update(self.hierarchy.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))
+            tables["links"] = self.hierarchy.link_table(simulated_s)
+        return RunResult(summary=summary, tables=tables, scenario=scenario)
 
 
 def _merge_counts(dicts) -> dict[str, int]:
