@@ -16,6 +16,8 @@ Added to every run's ``summary.json`` (and the printed table) by the engine:
   is the measured counterpart of Che's approximation: under LRU a block survives about T_C
   after its last use, so a TTL ``tau`` can only fire when ``tau < T_C`` (plus, for
   TTL-pins, the time a block spends pinned). NaN when nothing was evicted for capacity.
+  ``characteristic_eviction_time_max_s`` is the largest such age; ``max_pin_s`` the longest time
+  a block was held unevictable (an in-flight request from admission to finish, or a TTL-pin).
 * ``regime``: ``capacity_bound`` when capacity removed more blocks than TTL expiry (a block is
   evicted before its TTL can fire: "TTL never fired"), ``ttl_bound`` when TTL expiry removed
   more, ``no_eviction`` when neither removed anything. ``ttl_s`` (the policy's TTL, or null)
@@ -176,10 +178,16 @@ class RunDiagnostics:
         self.recorders = [EvictionAgeRecorder(env, inst.cache.policy) for inst in instances]
         self.tiered = any(getattr(inst.cache, "tiers", None) is not None for inst in instances)
         self.streams: dict[int, list] = {inst.instance_id: [] for inst in instances}
+        self.max_inflight_s = 0.0   # longest in-flight pin (admission to finish) of any request
 
     def observe_request(self, request) -> None:
         """Record a finished request for the headroom replay (rejected ones never used the cache)."""
-        if request.rejected or request.instance < 0 or self.tiered:
+        if request.rejected or request.instance < 0:
+            return
+        inflight = request.finish_s - request.admitted_s
+        if inflight > self.max_inflight_s:
+            self.max_inflight_s = inflight
+        if self.tiered:
             return
         self.streams[request.instance].append(
             (request.admitted_s, request.request_id, request.prompt_keys, request.total_keys))
@@ -198,6 +206,8 @@ class RunDiagnostics:
                     continue
                 if key in counters:
                     counters[key] += value
+                elif key.startswith("max_"):
+                    extra_counters[key] = max(extra_counters.get(key, 0), value)
                 else:
                     extra_counters[key] = extra_counters.get(key, 0) + value
         # Capacity evictions of blocks released by a pin time-out / pressure unpin are reported
@@ -219,6 +229,9 @@ class RunDiagnostics:
         out["characteristic_eviction_time_s"] = t_c
         out["characteristic_eviction_time_mean_s"] = (float((ages * weights).sum() / weights.sum())
                                                       if weights.sum() > 0 else float("nan"))
+        out["characteristic_eviction_time_max_s"] = float(ages.max()) if len(ages) else float("nan")
+        # The longest time a block was held unevictable: an in-flight request, or a TTL-pin.
+        out["max_pin_s"] = max(self.max_inflight_s, float(extra_counters.get("max_pin_s", 0.0)))
         ttl_s = _policy_ttl_s(self.instances[0].cache.policy)
         out["ttl_s"] = ttl_s
         out["ttl_margin_s"] = (ttl_s - t_c) if ttl_s is not None and math.isfinite(t_c) else None

@@ -1,0 +1,101 @@
+"""Agentic policies and diagnostics in the timed (SimPy) simulation.
+
+* TTL timers fire in timed runs; the two TTL regimes of scenarios/ttl-regimes.yaml (spec T2).
+* Tool start/end events reach the policy; TTL-pin(tau=0) and admit_all reproduce the base run.
+* Every run's summary carries the diagnostics (T1 counters, evictions by reason, T_C, regime,
+  Belady headroom).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from agentsim.config.loader import load_scenario
+from agentsim.engine.simulation import run_scenario
+from tests.conftest import ROOT, run_cli
+
+REGIMES = ROOT / "scenarios" / "ttl-regimes.yaml"
+LARGE = "hardware.kv_capacity_bytes=300GB"
+
+
+def run(path, *overrides):
+    return run_scenario(load_scenario(path, overrides=list(overrides))).summary
+
+
+def same_outcome(a: dict, b: dict) -> bool:
+    keys = ("requests", "hit_tokens", "recomputed_tokens", "evicted_blocks", "ttft_p99_s", "e2e_max_s")
+    return all(a[k] == b[k] for k in keys)
+
+
+def test_capacity_bound_ttl_never_fires_and_equals_lru():
+    ttl = run(REGIMES)
+    lru = run(REGIMES, "cache.eviction=lru")
+    assert ttl["regime"] == "capacity_bound"
+    t_c = ttl["characteristic_eviction_time_s"]
+    # Spec T2: a TTL at least T_C plus the longest pin cannot fire before capacity evicts.
+    assert ttl["ttl_s"] >= t_c + ttl["max_pin_s"]
+    assert ttl["ttl_expirations_blocks"] == 0
+    assert ttl["evictions_by_reason_blocks"]["capacity"] > 0
+    assert same_outcome(ttl, lru)
+    assert ttl["ttl_margin_s"] == pytest.approx(ttl["ttl_s"] - t_c)
+
+
+def test_large_cache_is_ttl_bound_and_the_ttl_changes_hits():
+    ttl = run(REGIMES, LARGE)
+    lru = run(REGIMES, LARGE, "cache.eviction=lru")
+    assert ttl["regime"] == "ttl_bound"
+    assert ttl["ttl_expirations_blocks"] > 0
+    assert ttl["evictions_by_reason_blocks"]["capacity"] == 0
+    assert math.isnan(ttl["characteristic_eviction_time_s"])
+    assert lru["regime"] == "no_eviction"
+    assert ttl["hit_tokens"] < lru["hit_tokens"]
+    # The TTL's misses come after long (human) gaps.
+    assert ttl["recomputed_tokens_by_gap"]["5_60min"] > lru["recomputed_tokens_by_gap"]["5_60min"]
+
+
+def test_diagnostics_are_in_every_summary_and_headroom_is_consistent(tmp_path):
+    result = run_cli("run", str(REGIMES), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert "capacity_bound" in result.stdout and "T_C" in result.stdout
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    for key in ("ttl_expirations_blocks", "capacity_evictions_blocks", "pins_created", "pins_honored",
+                "pins_timed_out", "pins_broken_by_pressure", "characteristic_eviction_time_s", "regime",
+                "belady_headroom", "recomputed_tokens_by_gap"):
+        assert key in summary
+    reasons = summary["evictions_by_reason_blocks"]
+    assert set(reasons) >= {"capacity", "ttl_expiry", "pin_timeout", "pressure_unpin", "mutation", "admission"}
+    assert sum(reasons.values()) == summary["evicted_blocks"]
+    # Belady is the optimum of the replay, so the headroom over the policy's replay is >= 0.
+    assert summary["belady_replay_hit_ratio"] >= summary["policy_replay_hit_ratio"]
+    assert summary["belady_headroom"] >= 0
+
+
+def test_ttl_pin_zero_tau_reproduces_the_base_run_and_pins_fire_otherwise():
+    lru = run(REGIMES, "cache.eviction=lru")
+    zero = run(REGIMES, "cache.eviction.name=ttl_pin", "cache.eviction.params={tau_s: 0}")
+    assert same_outcome(zero, lru) and zero["pins_created"] == 0
+    pinned = run(REGIMES, "cache.eviction.name=ttl_pin", "cache.eviction.params={tau_s: 30}")
+    assert pinned["pins_created"] > 0
+    assert pinned["pins_honored"] > 0 and pinned["pins_timed_out"] > 0
+    assert pinned["pins_created"] >= pinned["pins_honored"] + pinned["pins_timed_out"] + pinned["pins_broken_by_pressure"]
+    assert not same_outcome(pinned, lru)
+    reasons = pinned["evictions_by_reason_blocks"]
+    assert reasons["pin_timeout"] + reasons["pressure_unpin"] > 0
+
+
+def test_admission_filter_from_the_scenario():
+    base = run(REGIMES, "cache.eviction=lru")
+    admit_all = run(REGIMES, "cache.eviction=lru", "cache.admission=admit_all")
+    assert same_outcome(admit_all, base)
+    second = run(REGIMES, "cache.eviction=lru", "cache.admission=second_hit")
+    assert second["evictions_by_reason_blocks"]["admission"] > 0
+    assert not same_outcome(second, base)
+
+
+def test_unknown_admission_filter_is_an_input_error(tmp_path):
+    result = run_cli("validate", str(REGIMES), "--set", "cache.admission=second_hits")
+    assert result.returncode == 2
+    assert "second_hit" in result.stderr + result.stdout and "Traceback" not in result.stderr
