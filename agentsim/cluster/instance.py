@@ -307,7 +307,8 @@ class ServingInstance:
         if self.before_unpin is not None:
             # Agentic policies (TTL-pin, InferCept, KVFlow) see the paused agent's deepest node
             # while the request still pins it, so a TTL-pin can take over without a gap.
-            self.before_unpin(req, node)
+            # A tiered cache's HBM policy works on per-tier entries, not tree nodes.
+            self.before_unpin(req, node.entries[0] if self.tiered else node)
         self.cache.unpin(node)
         req.finish_s = now
         self.on_finish(req)
