@@ -26,7 +26,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 bench: $(STAMP)
-	$(BIN)/python bench/bench_simulation.py
+	$(BIN)/python bench/run_all.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,87 @@
+"""One simulated hour of 1,000 concurrent coding agents on a GB300 NVL72 rack with three tiers.
+
+The scenario is ``scenarios/gb300-nvl72-tiers.yaml`` (18 four-GPU instances, HBM + Grace DRAM +
+NVMe, prefix-affinity routing) with ``concurrent: 1000`` and ``duration_s: 1h``. Targets: at
+most 60 s of wall time and 2 GB peak resident memory (the child process's ``ru_maxrss``), and
+wall time linear in the number of requests: the same rack for 15, 30 and 60 simulated minutes
+(1x, 2x, 4x the requests) must cost about the same wall time per request (4x per-request cost
+<= 1.25x the 1x cost). Each run is its own process so peak memory is that run's alone.
+
+    .venv/bin/python bench/bench_rack.py [--agents 1000] [--skip-scaling]
+    .venv/bin/python bench/bench_rack.py --child 1000 1h      # one run, prints JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+from _common import AGENTSIM_PYTHON, ROOT, Row, print_table
+
+SCENARIO = ROOT / "scenarios" / "gb300-nvl72-tiers.yaml"
+WALL_TARGET_S = 60.0
+RSS_TARGET_MB = 2048.0
+
+
+def child(agents: int, duration: str) -> None:
+    from agentsim.config.loader import load_scenario
+    from agentsim.engine.simulation import Simulation
+
+    scenario = load_scenario(SCENARIO, [f"workload.agent_classes.coding.arrival.concurrent={agents}",
+                                        f"duration_s={duration}"])
+    started = time.perf_counter()
+    cpu_started = time.process_time()
+    result = Simulation(scenario).run()
+    wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(json.dumps({"requests": result.summary["requests"], "wall_s": wall, "cpu_s": cpu, "max_rss_mb": rss_mb}))
+
+
+def run(agents: int, duration: str) -> dict:
+    done = subprocess.run([str(AGENTSIM_PYTHON), __file__, "--child", str(agents), duration],
+                          capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"rack run failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def rows(agents: int = 1000, scaling: bool = True) -> list[Row]:
+    full = run(agents, "1h")
+    out = [
+        Row(f"rack 1h, {agents} agents, 3 tiers: wall", f"{full['wall_s']:.1f} s ({full['requests']:,} req)",
+            f"{WALL_TARGET_S:.0f} s (bar)", full["wall_s"] / WALL_TARGET_S, ("<=", 1.0),
+            f"CPU {full['cpu_s']:.1f} s; {full['requests'] / full['wall_s']:,.0f} sim req per wall s"),
+        Row(f"rack 1h, {agents} agents, 3 tiers: peak RSS", f"{full['max_rss_mb']:.0f} MB",
+            f"{RSS_TARGET_MB:.0f} MB (bar)", full["max_rss_mb"] / RSS_TARGET_MB, ("<=", 1.0)),
+    ]
+    if scaling:
+        quarter = run(agents, "15m")
+        half = run(agents, "30m")
+        per = [r["wall_s"] / r["requests"] for r in (quarter, half, full)]
+        out.append(Row("rack wall per request at 2x / 1x requests",
+                       f"{per[1] * 1e3:.2f} ms ({half['requests']:,})", f"{per[0] * 1e3:.2f} ms ({quarter['requests']:,})",
+                       per[1] / per[0], ("<=", 1.25)))
+        out.append(Row("rack wall per request at 4x / 1x requests",
+                       f"{per[2] * 1e3:.2f} ms ({full['requests']:,})", f"{per[0] * 1e3:.2f} ms ({quarter['requests']:,})",
+                       per[2] / per[0], ("<=", 1.25)))
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) >= 2 and sys.argv[1] == "--child":
+        child(int(sys.argv[2]), sys.argv[3])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--skip-scaling", action="store_true")
+    args = parser.parse_args()
+    print_table(rows(args.agents, not args.skip_scaling))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Cache-only replay and the hit-ratio curve against references, in one process.
+
+Targets (issue 9):
+1. cache-only replay of the Mooncake conversation trace, for every registered policy, takes at
+   most 3x the time of a naive ``OrderedDict`` prefix-LRU over the same block stream, and less
+   time than libCacheSim's Python binding (LRU, one ``get`` per block reference, deepest block
+   of each request first, the way a Python user drives it over a custom stream);
+2. ``agentsim mrc`` (canonical ids + the one-pass curve at every capacity) takes at most 2x one
+   single-capacity LRU replay (canonical ids + replay).
+
+All times exclude reading the trace (shared by every contender) and are the best of
+``--repeat`` runs. The capacity is 10% of the trace's unique blocks. The naive reference is also
+checked hit for hit against agentsim's ``lru`` (the same model: block LRU, prefix-contiguous
+hits, deepest block of a request evicted first).
+
+    .venv/bin/python bench/bench_replay.py [--repeat 3] [--policies lru,arc]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import OrderedDict
+
+from _common import MOONCAKE, Row, best_time, print_table
+
+CAPACITY_FRACTION = 0.1
+
+
+def naive_prefix_lru(requests: list[list[int]], capacity: int) -> int:
+    """Hit blocks of a textbook prefix LRU over block keys (the reference; no radix tree).
+
+    A request's hits are its longest resident prefix; then every block of the request is
+    touched deepest first (so the shallowest is the most recent and the deepest goes first on
+    ties) and blocks are evicted from the LRU end until the capacity holds.
+    """
+    lru: OrderedDict[int, None] = OrderedDict()
+    move_to_end = lru.move_to_end
+    pop_oldest = lru.popitem
+    hits = 0
+    for keys in requests:
+        hit = 0
+        for key in keys:
+            if key in lru:
+                hit += 1
+            else:
+                break
+        hits += hit
+        for key in reversed(keys):
+            if key in lru:
+                move_to_end(key)
+            else:
+                lru[key] = None
+        while len(lru) > capacity:
+            pop_oldest(last=False)
+    return hits
+
+
+def libcachesim_lru(stream: list[int], capacity: int) -> int | None:
+    """Hits of libCacheSim's LRU through its Python binding, one ``get`` per reference."""
+    try:
+        import libcachesim as lcs
+    except ImportError:
+        return None
+    cache = lcs.LRU(capacity)
+    request = lcs.Request()
+    request.obj_size = 1
+    get = cache.get
+    hits = 0
+    for key in stream:
+        request.obj_id = key
+        hits += get(request)
+    return hits
+
+
+def rows(repeat: int = 3, policies: list[str] | None = None) -> list[Row]:
+    from agentsim.cache.policies import EVICTION_POLICIES
+    from agentsim.replay import canonicalize, hit_ratio_curve
+    from agentsim.replay.cache_only import replay_cache_only, resolve_capacity
+    from agentsim.replay.load import load_trace
+
+    loaded = load_trace(MOONCAKE)
+    requests = loaded.requests
+    canonical = canonicalize(requests)
+    capacity = resolve_capacity(canonical.unique_blocks, None, CAPACITY_FRACTION)
+    key_lists = [r.block_keys.tolist() for r in requests]
+    stream = [key for keys in key_lists for key in reversed(keys)]
+
+    naive_s, naive_hits = best_time(lambda: naive_prefix_lru(key_lists, capacity), repeat)
+    out: list[Row] = []
+    names = policies or sorted(EVICTION_POLICIES.names())
+    slowest = ("", 0.0)
+    lru_hits = None
+    for name in names:
+        elapsed, result = best_time(
+            lambda name=name: replay_cache_only(requests, capacity_blocks=capacity, policy=name), repeat)
+        if name == "lru":
+            lru_hits = result.hit_blocks
+        if elapsed > slowest[1]:
+            slowest = (name, elapsed)
+        out.append(Row(f"replay cache-only {name} vs naive LRU", f"{elapsed:.3f} s",
+                       f"{naive_s:.3f} s", elapsed / naive_s, ("<=", 3.0)))
+    if lru_hits is not None and lru_hits != naive_hits:
+        out[0].note = f"hit mismatch: lru {lru_hits} vs naive {naive_hits}"
+
+    lcs_s, lcs_hits = best_time(lambda: libcachesim_lru(stream, capacity), max(1, repeat - 1))
+    if lcs_hits is None:
+        out.append(Row("replay slowest policy vs libcachesim", f"{slowest[1]:.3f} s", "absent", None, None,
+                       "libcachesim not installed (pip install -e '.[test]')"))
+    else:
+        out.append(Row(f"replay slowest policy ({slowest[0]}) vs libcachesim LRU", f"{slowest[1]:.3f} s",
+                       f"{lcs_s:.3f} s", slowest[1] / lcs_s, ("<=", 1.0)))
+
+    def single():
+        return replay_cache_only(requests, capacity_blocks=capacity, policy="lru")
+
+    def curve():
+        return hit_ratio_curve(canonicalize(requests))
+
+    single_s, single_result = best_time(single, repeat)
+    curve_s, curve_result = best_time(curve, repeat)
+    row = Row("mrc all capacities vs one LRU replay", f"{curve_s:.3f} s", f"{single_s:.3f} s",
+              curve_s / single_s, ("<=", 2.0))
+    if curve_result.hits(capacity) != single_result.hit_blocks:
+        row.note = f"curve {curve_result.hits(capacity)} hits != replay {single_result.hit_blocks}"
+    out.append(row)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--policies", default=None, help="comma-separated policy names (default: all)")
+    args = parser.parse_args()
+    print_table(rows(args.repeat, args.policies.split(",") if args.policies else None))
+
+
+if __name__ == "__main__":
+    main()
