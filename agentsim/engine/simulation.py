@@ -26,6 +26,7 @@ from agentsim.metrics.economics import economics_summary
 from agentsim.metrics.summary import summarize_requests
 from agentsim.engine.agentic import AgenticWiring
 from agentsim.metrics.diagnostics import RunDiagnostics
+from agentsim.metrics.timeseries import TimeSeriesSampler
 
 ProgressCallback = Callable[[float, float], None]
 
@@ -85,6 +86,8 @@ class Simulation:
         # then the diagnostics (evictions by reason, T_C, regime, Belady headroom).
         self.agentic = AgenticWiring(self.env, scenario, self.instances, self.driver)
         self.diagnostics = RunDiagnostics(self.env, scenario, self.instances)
+        # Evictions by reason and link traffic over time (read-only samples, for the figures).
+        self.timeseries = TimeSeriesSampler(self.instances, self.hierarchy)
         self.request_observers: list[Callable[[LLMRequest], None]] = []
         self.in_flight = 0
         # Triggered once the duration has passed and no call is in flight: agents then only
@@ -158,6 +161,7 @@ class Simulation:
                             time_s=now, instance=instance.instance_id, tier=tier, used_blocks=used,
                             capacity_blocks=capacity, pinned_blocks=pinned,
                             running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
+            self.timeseries.sample(now)
             if self.finished.triggered:
                 return
             yield self.env.timeout(interval)
@@ -226,6 +230,7 @@ class Simulation:
         if self.hierarchy is not None:
             summary.update(self.hierarchy.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))
             tables["links"] = self.hierarchy.link_table(simulated_s)
+        tables.update(self.timeseries.tables())
         return RunResult(summary=summary, tables=tables, scenario=scenario)
 
 

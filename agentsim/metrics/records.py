@@ -57,3 +57,37 @@ class OccupancySample:
 
 def columns(record_type) -> list[str]:
     return [f.name for f in fields(record_type)]
+
+
+@dataclass(slots=True)
+class EvictionSample:
+    """Cumulative blocks one instance's cache tier has removed for ``reason`` up to ``time_s``.
+
+    Sampled with the occupancy samples; only reasons seen so far appear (a missing row means 0).
+    Per-interval evictions are the differences between consecutive samples of one
+    (instance, tier, reason). HBM capacity evictions of blocks released by a pin time-out or a
+    pressure unpin are reported under those reasons, as in ``evictions_by_reason_blocks``.
+    """
+
+    time_s: float
+    instance: int
+    tier: str
+    reason: str
+    evicted_blocks: int
+
+
+@dataclass(slots=True)
+class LinkSample:
+    """Cumulative traffic of one link up to ``time_s`` (sampled with the occupancy samples).
+
+    Utilisation over an interval = difference of ``busy_s`` / interval length; throughput =
+    difference of ``bytes`` / interval length.
+    """
+
+    time_s: float
+    link: str
+    kind: str
+    bandwidth_bytes_per_s: float
+    bytes: float
+    busy_s: float
+    active_transfers: int
