@@ -73,7 +73,31 @@ def read_yaml(path: Path) -> tuple[Any, dict[Path_, int]]:
         raise InputError(f"YAML syntax error: {problem}", source, where) from None
     if data is None:
         raise InputError("file is empty", source)
+    _reject_duplicate_keys(text, source)
     return data, _compose_lines(text)
+
+
+def _reject_duplicate_keys(text: str, source: str) -> None:
+    """PyYAML keeps the last of two equal keys silently; a scenario that says a thing twice is
+    ambiguous, so name the second occurrence instead."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return
+    stack: list[tuple[yaml.Node, Path_]] = [(root, ())] if root is not None else []
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, value_node in node.value:
+                key = key_node.value
+                if isinstance(key_node, yaml.ScalarNode) and key in seen:
+                    raise InputError(f"duplicate key {key!r} (first at line {seen[key]})", source,
+                                     f"line {key_node.start_mark.line + 1}: {format_path(path + (key,))}")
+                seen[key] = key_node.start_mark.line + 1
+                stack.append((value_node, path + (key,)))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, path + (index,)) for index, item in enumerate(node.value))
 
 
 def format_path(path: Path_) -> str:
@@ -245,7 +269,7 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None, seed: in
 def scenario_from_dict(data: dict, source: str = "<scenario>", lines: dict[Path_, int] | None = None,
                        base_dir: Path | None = None) -> Scenario:
     """Validate an already-parsed scenario mapping (profiles and fit references are resolved)."""
-    from agentsim.config.policies_check import check_policies
+    from agentsim.config.policies_check import check_components, check_policies
     from agentsim.config.resolve import resolve_fit_references, resolve_profiles
 
     lines = lines or {}
@@ -256,6 +280,7 @@ def scenario_from_dict(data: dict, source: str = "<scenario>", lines: dict[Path_
     except ValidationError as exc:
         raise validation_error_to_input_error(exc, source, lines) from None
     check_policies(scenario, source, lines)
+    check_components(scenario, source, lines)
     return scenario
 
 
