@@ -59,3 +59,37 @@ def check_admission_ref(ref, path: tuple, source: str, lines: dict) -> None:
                          _loc(lines, path + ("params",) + tuple(error["loc"]))) from None
     except ValueError as exc:
         raise InputError(str(exc), source, _loc(lines, path + ("params",))) from None
+
+
+def check_registered(registry, name, params, name_path: tuple, params_path: tuple, source: str, lines: dict) -> None:
+    """Raise InputError if ``name`` is not in ``registry`` or ``params`` do not validate for it."""
+    if name not in registry:
+        raise InputError(registry.unknown_message(name), source, _loc(lines, name_path))
+    try:
+        registry.validate_params(name, params)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise InputError(error["msg"].removeprefix("Value error, "), source,
+                         _loc(lines, params_path + tuple(error["loc"]))) from None
+    except ValueError as exc:
+        raise InputError(str(exc), source, _loc(lines, params_path)) from None
+
+
+def check_components(scenario, source: str, lines: dict) -> None:
+    """Every other registered name in a scenario: tier eviction policies, the load rule, the router
+    (so a typo fails at load time with its line, not as a KeyError deep in a run)."""
+    from agentsim.cluster.instance import LOAD_RULES
+    from agentsim.cluster.router import ROUTERS
+
+    tiers = scenario.cache.tiers
+    if tiers is not None:
+        for name in ("dram", "disk", "remote"):
+            tier = getattr(tiers, name, None)
+            if tier is not None:
+                check_policy_ref(tier.eviction, ("cache", "tiers", name, "eviction"), source, lines)
+        rule = tiers.load_rule
+        check_registered(LOAD_RULES, rule.name, rule.params, ("cache", "tiers", "load_rule", "name"),
+                         ("cache", "tiers", "load_rule", "params"), source, lines)
+    serving = scenario.serving
+    check_registered(ROUTERS, serving.router, serving.router_params, ("serving", "router"),
+                     ("serving", "router_params"), source, lines)
