@@ -134,6 +134,7 @@ class KeyedLeafPolicy(EvictionPolicy):
     def __init__(self, params: BaseModel | None = None):
         super().__init__(params)
         self._heap: list = []
+        self._plain_leaf_rule = False
 
     def key(self, node: "Node") -> tuple:
         """Sort key; ties are broken by the cache's node id (creation order) after this."""
@@ -143,8 +144,19 @@ class KeyedLeafPolicy(EvictionPolicy):
         node.heap_version += 1
         heapq.heappush(self._heap, (self.key(node), node.node_id, node.heap_version, node))
 
+    def bind(self, cache: "RadixCache") -> None:
+        super().bind(cache)
+        from agentsim.cache.radix import RadixCache
+
+        #: True when the cache's leaf rule is exactly :meth:`RadixCache.is_evictable`, which
+        #: the hot paths below then inline (they run for every node of every touched path).
+        self._plain_leaf_rule = type(cache).is_evictable is RadixCache.is_evictable
+
     def _push_if_evictable(self, node: "Node") -> None:
-        if self.cache.is_evictable(node):
+        if self._plain_leaf_rule:
+            if node.alive and not node.lock_ref and not node.children and node.parent is not None:
+                self._push(node)
+        elif self.cache.is_evictable(node):
             self._push(node)
 
     def on_insert(self, node, now_s):
@@ -163,8 +175,9 @@ class KeyedLeafPolicy(EvictionPolicy):
     def pop_victim(self, now_s):
         heap = self._heap
         is_evictable = self.cache.is_evictable
+        heappop = heapq.heappop
         while heap:
-            _key, _node_id, version, node = heapq.heappop(heap)
+            _key, _node_id, version, node = heappop(heap)
             if version == node.heap_version and is_evictable(node):
                 # Re-arm: the cache may trim only part of the node and keep it.
                 node.heap_version += 1

@@ -329,7 +329,7 @@ class RadixCache:
         """
         if len(keys) > n_reserved:
             raise InvariantViolation(f"committing {len(keys)} blocks with only {n_reserved} reserved")
-        if node.end_block != start_block and node.parent is not None:
+        if node.start_block + len(node.keys) != start_block and node.parent is not None:
             raise InvariantViolation(f"commit at block {start_block} below a node ending at {node.end_block}")
         pos = 0
         n = len(keys)
@@ -348,7 +348,7 @@ class RadixCache:
         fresh = keys[pos:]
         if fresh:
             if (self.policy.merge_runs and node.parent is not None and not node.children
-                    and node.lock_ref == 1 and node.end_block == start_block + pos):
+                    and node.lock_ref == 1 and node.start_block + len(node.keys) == start_block + pos):
                 node.keys.extend(fresh)
             else:
                 child = self._new_node(node, list(fresh), start_block + pos, now_s)
