@@ -20,7 +20,10 @@ use infinity and the policy degrades to "deepest, newest first" (documented, not
 from __future__ import annotations
 
 import bisect
+import itertools
 from typing import Sequence
+
+import numpy as np
 
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.policy import KeyedLeafPolicy
@@ -34,10 +37,38 @@ class Belady(KeyedLeafPolicy):
 
     def __init__(self, params=None):
         super().__init__(params)
-        self._uses: dict[int, list[int]] = {}
+        self._slot: dict[int, int] = {}
+        self._bounds: list[int] = [0]
+        self._positions: list[int] = []
         self.position = -1
 
     def set_future(self, requests: Sequence[Sequence[int]]) -> None:
+        """Index every key's uses: ``_positions[_bounds[s]:_bounds[s + 1]]`` are the distinct
+        request indices (ascending) holding the key of slot ``s = _slot[key]``.
+
+        Built with numpy sorts (a per-key Python loop took ~0.4 s on the Mooncake trace); keys
+        that do not fit in int64 fall back to the same index built in Python.
+        """
+        lengths = np.fromiter((len(keys) for keys in requests), dtype=np.int64, count=len(requests))
+        try:
+            keys = np.fromiter(itertools.chain.from_iterable(requests), dtype=np.int64, count=int(lengths.sum()))
+        except OverflowError:
+            self._set_future_python(requests)
+            return
+        index = np.repeat(np.arange(len(requests), dtype=np.int64), lengths)
+        order = np.argsort(keys, kind="stable")  # stable: request order kept within a key
+        keys, index = keys[order], index[order]
+        if len(keys):
+            keep = np.ones(len(keys), dtype=bool)
+            keep[1:] = (keys[1:] != keys[:-1]) | (index[1:] != index[:-1])
+            keys, index = keys[keep], index[keep]
+        first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, dtype=np.int64)
+        self._slot = dict(zip(keys[first].tolist(), range(len(first))))
+        self._bounds = first.tolist() + [len(keys)]
+        self._positions = index.tolist()
+        self.position = -1
+
+    def _set_future_python(self, requests: Sequence[Sequence[int]]) -> None:
         uses: dict[int, list[int]] = {}
         for index, keys in enumerate(requests):
             for key in keys:
@@ -46,18 +77,23 @@ class Belady(KeyedLeafPolicy):
                     uses[key] = [index]
                 elif positions[-1] != index:
                     positions.append(index)
-        self._uses = uses
+        self._slot, self._bounds, self._positions = {}, [0], []
+        for key, positions in uses.items():
+            self._slot[key] = len(self._slot)
+            self._positions.extend(positions)
+            self._bounds.append(len(self._positions))
         self.position = -1
 
     def begin_request(self, index: int) -> None:
         self.position = index
 
     def next_use(self, key: int) -> float:
-        positions = self._uses.get(key)
-        if not positions:
+        slot = self._slot.get(key)
+        if slot is None:
             return NEVER
-        i = bisect.bisect_right(positions, self.position)
-        return positions[i] if i < len(positions) else NEVER
+        lo, hi = self._bounds[slot], self._bounds[slot + 1]
+        i = bisect.bisect_right(self._positions, self.position, lo, hi)
+        return self._positions[i] if i < hi else NEVER
 
     def key(self, node):
         return (-self.next_use(node.keys[-1]), -node.end_block, -node.node_id)
