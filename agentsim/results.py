@@ -19,7 +19,7 @@ import pandas as pd
 
 from agentsim.errors import InputError
 
-WALL_CLOCK_KEYS = ("wall_s", "simulated_requests_per_wall_s")
+WALL_CLOCK_KEYS = ("wall_s", "simulated_requests_per_wall_s", "headroom_replay_wall_s")
 RUN_MARKER = "summary.json"
 
 

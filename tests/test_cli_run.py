@@ -70,7 +70,11 @@ def test_set_override_changes_the_run(small_scenario_yaml, tmp_path):
 
 
 def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "bad.yaml"
+    """Write a scenario where the shipped one lives relative to fits/ (its fit references resolve)."""
+    (tmp_path / "scenarios").mkdir(exist_ok=True)
+    if not (tmp_path / "fits").exists():
+        (tmp_path / "fits").symlink_to(ROOT / "fits")
+    path = tmp_path / "scenarios" / "bad.yaml"
     path.write_text(text)
     return path
 
@@ -80,16 +84,17 @@ BASE = (ROOT / "scenarios" / "coding-agents.yaml").read_text()
 
 @pytest.mark.parametrize("mutation,expected", [
     (lambda t: t.replace("block_tokens: 64", "block_tokenz: 64"), ["block_tokenz", "did you mean 'block_tokens'", "cache.block_tokenz", "line"]),
-    (lambda t: t.replace("kv_capacity_bytes: 120GB", "kv_capacity_bytes: 120 parsecs"), ["hardware.kv_capacity_bytes", "parsecs"]),
-    (lambda t: t.replace("kv_capacity_bytes: 120GB", "kv_capacity_bytes: -5GB"), ["hardware.kv_capacity_bytes", "greater than 0"]),
+    (lambda t: t.replace("kv_capacity_bytes: 80GB", "kv_capacity_bytes: 80 parsecs"), ["hardware.kv_capacity_bytes", "parsecs"]),
+    (lambda t: t.replace("kv_capacity_bytes: 80GB", "kv_capacity_bytes: -5GB"), ["hardware.kv_capacity_bytes", "greater than 0"]),
     (lambda t: t.replace("eviction: lru", "eviction: lruu"), ["unknown eviction policy 'lruu'", "did you mean 'lru'", "cache.eviction.name"]),
     (lambda t: t.replace("duration_s: 30m", "duration_s: 30GB"), ["duration_s", "30GB"]),
-    (lambda t: t.replace("{dist: lognormal, median: 9,", "{dist: lognormall, median: 9,"), ["tool_gap_s", "lognormall"]),
+    (lambda t: t.replace("{dist: lognormal, median: 2000,", "{dist: lognormall, median: 2000,"), ["initial_context_tokens", "lognormall"]),
     (lambda t: t.replace("profile: gb300_nvl72", "profile: gb300"), ["unknown hardware profile 'gb300'", "did you mean"]),
     (lambda t: t + "\n  bad: [unclosed\n", ["YAML syntax error", "line"]),
     (lambda t: "", ["file is empty"]),
 ])
 def test_bad_scenarios_exit_2_with_one_clear_message(tmp_path, mutation, expected):
+    assert mutation(BASE) != BASE, "the mutation no longer applies to the shipped scenario"
     path = write(tmp_path, mutation(BASE))
     for command in (["validate", str(path)], ["run", str(path), "--out", str(tmp_path / "o"), "--quiet"]):
         proc = run_cli(*command)

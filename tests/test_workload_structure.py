@@ -98,7 +98,9 @@ def test_bad_diurnal_profile_is_rejected(tmp_path):
     text = (ROOT / "scenarios" / "coding-agents.yaml").read_text().replace(
         "arrival: {kind: population, concurrent: 64, ramp_s: 2m}",
         "arrival: {kind: poisson, rate_per_s: 0.1, diurnal: [1, 2, 3]}")
-    path = tmp_path / "s.yaml"
+    (tmp_path / "fits").symlink_to(ROOT / "fits")
+    (tmp_path / "scenarios").mkdir()
+    path = tmp_path / "scenarios" / "s.yaml"
     path.write_text(text)
     proc = run_cli("validate", str(path))
     assert proc.returncode == 2 and "24 hourly multipliers" in proc.stderr and "diurnal" in proc.stderr
