@@ -1,0 +1,621 @@
+"""Seaborn figures over agentsim's result DataFrames, shared by ``agentsim report`` and notebooks.
+
+Every function takes long-form DataFrames as written by a run or a sweep (``requests``,
+``occupancy``, ``evictions``, ``link_samples``, ``links`` tables of a run directory; the
+``results.parquet`` table of a sweep, one row per cell and seed with every summary key) and
+returns a :class:`matplotlib.figure.Figure`. Nothing is saved or shown here: notebooks display the
+figure, the report writes it as PNG.
+
+When the data a figure needs are absent (an HBM-only run has no links, a run without evictions
+has nothing to plot over time, a sweep without a Belady replay has no bound), the function
+raises :class:`PlotSkipped` with a sentence saying why; the report prints that sentence instead
+of the figure. Optional parts of a figure (the Belady line, the load column of the TTFT
+breakdown) are left out with a note in the figure instead.
+
+Units: times in seconds on log axes where they span decades; capacities in GB (10^9 bytes);
+token counts in millions; utilisation as a fraction of the link's busy time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from agentsim.metrics.summary import GAP_BUCKETS
+
+#: Tail quantiles marked on latency CDFs and the labels used for them.
+TAIL_QUANTILES = ((0.99, "p99"), (0.999, "p99.9"))
+
+#: Readable names of metric columns (axis labels, legends).
+LABELS = {
+    "ttft_s": "time to first token (s)",
+    "e2e_s": "end-to-end latency (s)",
+    "tpot_s": "time per output token (s)",
+    "queue_wait_s": "queue wait (s)",
+    "hit_ratio": "hit ratio (tokens, timed run)",
+    "policy_replay_hit_ratio": "hit ratio (blocks, cache-only replay of the run's stream)",
+    "belady_replay_hit_ratio": "Belady hit ratio (blocks, replay)",
+    "sla_attainment": "SLA attainment (fraction of requests meeting TTFT and TPOT targets)",
+    "cost_per_million_tokens_usd": "GPU cost per million tokens (USD)",
+    "ttft_p99_s": "TTFT p99 (s)",
+    "ttft_p999_s": "TTFT p99.9 (s)",
+    "kv_capacity_bytes": "HBM KV capacity (GB)",
+    "provider_bill_usd": "provider-style bill (USD)",
+}
+
+TIER_ORDER = ["hbm", "peer_hbm", "dram", "disk", "remote"]
+REASON_ORDER = ["capacity", "ttl_expiry", "pin_timeout", "pressure_unpin", "mutation", "admission"]
+BREAKDOWN_PARTS = (("queue_wait_s", "queue wait"), ("load_wait_s", "load from lower tier"), ("prefill_s", "prefill (compute)"))
+
+
+class PlotSkipped(Exception):
+    """The data a figure needs are absent; ``str(exc)`` says what is missing and why."""
+
+
+def label(column: str) -> str:
+    """Readable axis label for a column name (the name itself, de-underscored, if unknown)."""
+    if column in LABELS:
+        return LABELS[column]
+    return column.replace("_", " ")
+
+
+def _style():
+    return sns.axes_style("whitegrid")
+
+
+def _require(frame: pd.DataFrame | None, columns: Iterable[str], what: str) -> pd.DataFrame:
+    if frame is None or len(frame) == 0:
+        raise PlotSkipped(f"{what}: no rows")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise PlotSkipped(f"{what}: the table has no column {', '.join(missing)} (written by an older agentsim?)")
+    return frame
+
+
+def _done(requests: pd.DataFrame, warmup_s: float) -> pd.DataFrame:
+    """Measured requests, as the run summary counts them: arrived after warm-up, not rejected."""
+    out = requests
+    if "rejected" in out:
+        out = out[~out.rejected.astype(bool)]
+    if warmup_s > 0 and "arrival_s" in out:
+        out = out[out.arrival_s >= warmup_s]
+    return out
+
+
+def _hue_order(frame: pd.DataFrame, hue: str | None) -> list | None:
+    if hue is None:
+        return None
+    return list(dict.fromkeys(frame[hue].tolist()))  # first appearance: the sweep's cell order
+
+
+def _fmt_s(value: float) -> str:
+    if not math.isfinite(value):
+        return "-"
+    if value >= 100:
+        return f"{value:,.0f} s"
+    if value >= 1:
+        return f"{value:.3g} s"
+    return f"{value * 1e3:.3g} ms"
+
+
+# --- latency ---------------------------------------------------------------------------------------
+
+def latency_cdf(requests: pd.DataFrame, metrics: Sequence[str] = ("ttft_s", "e2e_s"), hue: str | None = None,
+                warmup_s: float = 0.0, title: str | None = None) -> Figure:
+    """Empirical CDF of each latency in ``metrics`` (one panel each), one curve per ``hue`` value.
+
+    The x axis is logarithmic (latencies span decades); the y axis is a logit scale so that the
+    tail is readable: 0.9, 0.99 and 0.999 are evenly spaced. Each curve's p99 and p99.9 are
+    marked with a dot and a cross, and their values are given in the legend. Percentiles use
+    numpy's linear interpolation over measured requests, as ``summary.json`` does.
+    """
+    needed = [m for m in metrics]
+    _require(requests, needed, "latency CDF")
+    done = _done(requests, warmup_s)
+    if hue is not None and hue not in done:
+        hue = None
+    order = _hue_order(done, hue)
+    palette = dict(zip(order, sns.color_palette(n_colors=len(order)))) if order else None
+    with _style():
+        fig, axes = plt.subplots(1, len(metrics), figsize=(6.2 * len(metrics), 4.6), squeeze=False)
+        for ax, metric in zip(axes[0], metrics):
+            data = done[np.isfinite(done[metric].to_numpy(dtype=float)) & (done[metric] > 0)]
+            if len(data) == 0:
+                ax.text(0.5, 0.5, f"no finite positive {metric}", ha="center", transform=ax.transAxes)
+                continue
+            groups = [(None, data)] if hue is None else [(key, data[data[hue] == key]) for key in order]
+            n_max = 1
+            for key, group in groups:
+                values = np.sort(group[metric].to_numpy(dtype=float))
+                if len(values) == 0:
+                    continue
+                n_max = max(n_max, len(values))
+                color = palette[key] if palette else sns.color_palette()[0]
+                tails = [(name, float(np.percentile(values, q * 100))) for q, name in TAIL_QUANTILES]
+                text = ", ".join(f"{name} {_fmt_s(v)}" for name, v in tails)
+                name = f"{key}: {text}" if key is not None else text
+                # Plotting position (i + 0.5) / n keeps the last point finite on the logit axis.
+                ecdf = (np.arange(len(values)) + 0.5) / len(values)
+                ax.step(values, ecdf, where="post", color=color, lw=1.6, label=f"{name} (n={len(values):,})")
+                for (q, _), (_, v), marker in zip(TAIL_QUANTILES, tails, ("o", "X")):
+                    ax.plot([v], [q], marker=marker, color=color, ms=7, mec="black", mew=0.6, zorder=5)
+            ax.set_xscale("log")
+            ax.set_yscale("logit")
+            top = 1 - 0.5 / n_max
+            ax.set_ylim(0.05, max(top, 0.999 + (1 - 0.999) / 2))
+            ticks = [t for t in (0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 0.9999) if t <= ax.get_ylim()[1]]
+            ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            for q, name in TAIL_QUANTILES:
+                ax.axhline(q, color="0.4", ls=":", lw=0.9)
+                ax.text(1.0, q, f" {name}", transform=ax.get_yaxis_transform(), va="center", fontsize=8, color="0.3")
+            ax.set_xlabel(label(metric) + ", log scale")
+            ax.set_ylabel("fraction of requests at most x (logit scale)")
+            ax.set_title(f"CDF of {label(metric).split(' (')[0]}")
+            ax.legend(fontsize=7.5, loc="upper left", title=hue, title_fontsize=8)
+        fig.suptitle(title or "Latency distribution (dot: p99, cross: p99.9)", fontsize=12)
+        fig.tight_layout()
+    return fig
+
+
+def slowest_requests(requests: pd.DataFrame, quantile: float = 0.999, min_requests: int = 20,
+                     metric: str = "ttft_s", warmup_s: float = 0.0) -> pd.DataFrame:
+    """Requests at or above the ``quantile`` of ``metric`` (at least ``min_requests`` of the
+    slowest), slowest first, with ``other_s`` = TTFT - queue - load - prefill (0 when the
+    breakdown is complete)."""
+    done = _done(requests, warmup_s)
+    done = done[np.isfinite(done[metric].to_numpy(dtype=float))]
+    if len(done) == 0:
+        return done
+    threshold = float(np.percentile(done[metric].to_numpy(dtype=float), quantile * 100))
+    slow = done[done[metric] >= threshold]
+    if len(slow) < min_requests:
+        slow = done.nlargest(min(min_requests, len(done)), metric)
+    slow = slow.sort_values(metric, ascending=False, kind="stable").copy()
+    parts = [c for c, _ in BREAKDOWN_PARTS if c in slow]
+    slow["other_s"] = (slow[metric] - slow[parts].fillna(0.0).sum(axis=1)).clip(lower=0.0)
+    return slow
+
+
+def ttft_breakdown(requests: pd.DataFrame, quantile: float = 0.999, min_requests: int = 20, max_bars: int = 30,
+                   warmup_s: float = 0.0, title: str | None = None) -> Figure:
+    """Where the slowest requests' TTFT went: queue wait, load from a lower tier, prefill.
+
+    Left: one stacked bar per slow request (TTFT >= the ``quantile``, at least ``min_requests``,
+    at most ``max_bars`` shown, slowest on top), labelled with the request's gap kind, prompt
+    tokens and the share recomputed. Right: the mean composition of TTFT for all requests, the
+    p90-p99 band, the p99-``quantile`` band and the slow ones, so the cause of the tail stands
+    out against the typical request. Runs written before the memory hierarchy existed have no
+    load/prefill columns: their bars show queue wait and the rest as "service".
+    """
+    _require(requests, ["ttft_s", "queue_wait_s"], "TTFT breakdown")
+    done = _done(requests, warmup_s)
+    done = done[np.isfinite(done.ttft_s.to_numpy(dtype=float))]
+    if len(done) == 0:
+        raise PlotSkipped("TTFT breakdown: no finished requests")
+    have_parts = all(c in done for c, _ in BREAKDOWN_PARTS)
+    parts = list(BREAKDOWN_PARTS) if have_parts else [("queue_wait_s", "queue wait"), ("other_s", "service (load + prefill)")]
+    slow = slowest_requests(done, quantile, min_requests)
+    shown = slow.head(max_bars).iloc[::-1]
+    colors = dict(zip([p for p, _ in parts] + ["other_s"], sns.color_palette("Set2", 4)))
+    with _style():
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, max(4.0, 0.26 * len(shown) + 1.8)),
+                                      gridspec_kw={"width_ratios": [2.3, 1]})
+        left = np.zeros(len(shown))
+        y = np.arange(len(shown))
+        for column, name in parts:
+            values = shown[column].fillna(0.0).to_numpy(dtype=float)
+            ax.barh(y, values, left=left, color=colors[column], label=name, height=0.75)
+            left += values
+        if have_parts and shown["other_s"].sum() > 1e-9 * max(1.0, shown.ttft_s.sum()):
+            ax.barh(y, shown.other_s.to_numpy(dtype=float), left=left, color=colors["other_s"], label="other", height=0.75)
+        ticks = []
+        for row in shown.itertuples():
+            recomputed = row.recomputed_tokens / row.prompt_tokens if getattr(row, "prompt_tokens", 0) else float("nan")
+            kind = getattr(row, "gap_kind", "?")
+            depth = " sub" if getattr(row, "depth", 0) else ""
+            lower = [(t, getattr(row, f"hit_tokens_{t}", 0)) for t in ("peer_hbm", "dram", "disk", "remote")]
+            lower = ", ".join(f"{t} {n / row.prompt_tokens:.0%}" for t, n in lower if n)
+            ticks.append(f"#{row.request_id} {kind}{depth} {row.prompt_tokens / 1e3:.0f}K tok, {recomputed:.0%} recomp."
+                         + (f", {lower}" if lower else ""))
+        ax.set_yticks(y, ticks, fontsize=7)
+        ax.set_xlabel("TTFT (s), split into its parts")
+        ax.set_title(f"{len(slow)} slowest requests (TTFT >= p{quantile * 100:g}), {len(shown)} shown")
+        ax.legend(fontsize=8, loc="lower right")
+        # Mean composition by latency band.
+        ttft = done.ttft_s.to_numpy(dtype=float)
+        p90, p99, pq = (np.percentile(ttft, q) for q in (90, 99, quantile * 100))
+        bands = [("all", done), ("p90-p99", done[(ttft >= p90) & (ttft < p99)]),
+                 (f"p99-p{quantile * 100:g}", done[(ttft >= p99) & (ttft < pq)]), ("slowest", slow)]
+        rows = []
+        for name, band in bands:
+            if len(band) == 0:
+                continue
+            if have_parts:
+                values = {n: band[c].fillna(0.0).mean() for c, n in parts}
+            else:
+                values = {"queue wait": band.queue_wait_s.mean(), "service (load + prefill)": (band.ttft_s - band.queue_wait_s).mean()}
+            rows.append({"band": f"{name}\n(n={len(band):,})", **values})
+        comp = pd.DataFrame(rows).set_index("band")
+        comp.plot.bar(stacked=True, ax=ax2, color=[colors[c] for c, _ in parts], legend=False, width=0.7)
+        ax2.set_ylabel("mean TTFT (s)")
+        ax2.set_xlabel("")
+        ax2.tick_params(axis="x", labelrotation=0, labelsize=7.5)
+        ax2.set_title("mean TTFT by latency band")
+        if not have_parts:
+            ax2.text(0.02, 0.97, "no load/prefill columns in this run", transform=ax2.transAxes, fontsize=8, va="top")
+        fig.suptitle(title or "Why the slowest requests were slow: TTFT = queue + load + prefill", fontsize=12)
+        fig.tight_layout()
+    return fig
+
+
+# --- cache ----------------------------------------------------------------------------------------
+
+def hit_ratio_vs_capacity(table: pd.DataFrame, capacity: str = "kv_capacity_bytes", hit: str = "hit_ratio",
+                          hue: str | None = "policy", bound: str | None = "belady_replay_hit_ratio",
+                          capacity_scale: float = 1e9, capacity_label: str | None = None,
+                          title: str | None = None) -> Figure:
+    """Hit ratio against cache capacity, one line per ``hue`` (policy), with the Belady bound.
+
+    ``table`` has one row per run (a sweep's ``results.parquet``, or a cache-only replay table);
+    several seeds per capacity give a 95% confidence band. ``bound`` is the column of the
+    offline optimum at each capacity (its mean is drawn dashed); absent or all-NaN, the line is
+    left out and the figure says so. Compare like with like: Belady's bound is in the units of
+    the replay (blocks), so pair it with ``policy_replay_hit_ratio`` for a true bound.
+    The x axis is logarithmic when the capacities span more than a factor 4.
+    """
+    _require(table, [capacity, hit], "hit ratio vs capacity")
+    data = table[np.isfinite(pd.to_numeric(table[hit], errors="coerce"))].copy()
+    if len(data) == 0:
+        raise PlotSkipped(f"hit ratio vs capacity: no finite {hit}")
+    data["_x"] = pd.to_numeric(data[capacity]) / capacity_scale
+    hue = hue if hue is not None and hue in data else None
+    with _style():
+        fig, ax = plt.subplots(figsize=(7.5, 4.8))
+        sns.lineplot(data=data, x="_x", y=hit, hue=hue, hue_order=_hue_order(data, hue), style=hue, markers=True,
+                     dashes=False, errorbar=("ci", 95), ax=ax)
+        note = None
+        if bound and bound in data and np.isfinite(pd.to_numeric(data[bound], errors="coerce")).any():
+            opt = data.assign(_b=pd.to_numeric(data[bound], errors="coerce")).groupby("_x")._b.mean().dropna()
+            ax.plot(opt.index, opt.to_numpy(), color="black", ls="--", lw=1.6, marker="*", ms=9,
+                    label="Belady (offline optimum)")
+        else:
+            note = "no Belady bound in these results (tiered caches and very long streams skip it)"
+        xs = data["_x"].to_numpy(dtype=float)
+        if xs.min() > 0 and xs.max() / xs.min() > 4:
+            ax.set_xscale("log")
+        ax.set_xlabel(capacity_label or (label(capacity) if capacity_scale == 1e9 or capacity not in LABELS else capacity))
+        ax.set_ylabel(label(hit))
+        ax.set_ylim(0, 1.02)
+        ax.legend(fontsize=8, title=hue)
+        if note:
+            ax.text(0.01, 0.02, note, transform=ax.transAxes, fontsize=8, color="0.3")
+        ax.set_title(title or "Hit ratio against cache capacity")
+        fig.tight_layout()
+    return fig
+
+
+def tier_occupancy(occupancy: pd.DataFrame, title: str | None = None) -> Figure:
+    """Cache occupancy per tier over time (used / capacity, summed over instances), the pinned
+    share of HBM, and below it the running and waiting requests (summed over instances).
+    A run without lower tiers shows HBM only."""
+    _require(occupancy, ["time_s", "tier", "used_blocks", "capacity_blocks"], "tier occupancy")
+    agg = occupancy.groupby(["time_s", "tier"], sort=True)[["used_blocks", "capacity_blocks", "pinned_blocks"]].sum().reset_index()
+    agg["used_fraction"] = agg.used_blocks / agg.capacity_blocks.where(agg.capacity_blocks > 0)
+    tiers = [t for t in TIER_ORDER if t in set(agg.tier)] + sorted(set(agg.tier) - set(TIER_ORDER))
+    minutes = agg.time_s.max() > 600
+    scale, unit = (60.0, "min") if minutes else (1.0, "s")
+    with _style():
+        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 6.2), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+        palette = dict(zip(tiers, sns.color_palette("deep", len(tiers))))
+        for tier in tiers:
+            part = agg[agg.tier == tier]
+            cap = part.capacity_blocks.max()
+            ax.plot(part.time_s / scale, part.used_fraction, color=palette[tier], lw=1.8,
+                    label=f"{tier} ({cap:,} blocks)")
+        hbm = agg[agg.tier == tiers[0]]
+        if "pinned_blocks" in hbm and hbm.pinned_blocks.sum() > 0:
+            ax.plot(hbm.time_s / scale, hbm.pinned_blocks / hbm.capacity_blocks, color=palette[tiers[0]], ls=":",
+                    lw=1.2, label=f"{tiers[0]} pinned by requests in flight")
+        ax.set_ylabel("used / capacity")
+        ax.set_ylim(0, 1.05)
+        ax.legend(fontsize=8, loc="lower right")
+        ax.set_title(title or "Cache occupancy per tier over time")
+        if {"running_requests", "waiting_requests"} <= set(occupancy.columns):
+            first = occupancy[occupancy.tier == tiers[0]].groupby("time_s")[["running_requests", "waiting_requests"]].sum()
+            ax2.plot(first.index / scale, first.running_requests, label="running (in a batch)", lw=1.4)
+            ax2.plot(first.index / scale, first.waiting_requests, label="waiting (queued)", lw=1.4, color="C3")
+            ax2.legend(fontsize=8, loc="upper left")
+        ax2.set_ylabel("requests")
+        ax2.set_xlabel(f"simulated time ({unit})")
+        fig.tight_layout()
+    return fig
+
+
+def _interval_diffs(frame: pd.DataFrame, keys: list[str], value_cols: list[str]) -> pd.DataFrame:
+    """Per-interval differences of cumulative counters sampled at ``time_s`` for each key.
+
+    A key absent from early samples had a count of 0 then (cumulative samples start at the
+    first non-zero value)."""
+    times = np.sort(frame.time_s.unique())
+    out = []
+    for key, group in frame.groupby(keys, sort=True):
+        group = group.set_index("time_s")[value_cols].reindex(times).ffill().fillna(0.0)
+        diff = group.diff()
+        diff.iloc[0] = group.iloc[0]
+        diff = diff.reset_index().rename(columns={"index": "time_s"})
+        key = key if isinstance(key, tuple) else (key,)
+        for name, value in zip(keys, key):
+            diff[name] = value
+        out.append(diff)
+    result = pd.concat(out, ignore_index=True)
+    dt = pd.Series(np.diff(times, prepend=times[0] - (times[1] - times[0] if len(times) > 1 else 1.0)), index=times)
+    result["interval_s"] = result.time_s.map(dt)
+    return result
+
+
+def evictions_over_time(evictions: pd.DataFrame, title: str | None = None) -> Figure:
+    """Blocks evicted per second, by reason, over time; one panel per tier (summed over instances).
+
+    ``evictions`` holds cumulative samples (:class:`agentsim.metrics.records.EvictionSample`).
+    Capacity evictions mean the cache is too small for the working set; TTL expiries that the
+    policy let blocks outlive their TTL; pin time-outs/pressure unpins come from TTL-pin
+    policies; mutations from rewritten histories (compaction, edits)."""
+    _require(evictions, ["time_s", "instance", "tier", "reason", "evicted_blocks"], "evictions over time")
+    diffs = _interval_diffs(evictions, ["instance", "tier", "reason"], ["evicted_blocks"])
+    agg = diffs.groupby(["tier", "reason", "time_s"], sort=True).agg(blocks=("evicted_blocks", "sum"),
+                                                                     interval_s=("interval_s", "first")).reset_index()
+    agg["rate"] = agg.blocks / agg.interval_s
+    tiers = [t for t in TIER_ORDER if t in set(agg.tier)] + sorted(set(agg.tier) - set(TIER_ORDER))
+    reasons = [r for r in REASON_ORDER if r in set(agg.reason)] + sorted(set(agg.reason) - set(REASON_ORDER))
+    palette = dict(zip(reasons, sns.color_palette("colorblind", len(reasons))))
+    minutes = agg.time_s.max() > 600
+    scale, unit = (60.0, "min") if minutes else (1.0, "s")
+    with _style():
+        fig, axes = plt.subplots(len(tiers), 1, figsize=(9, 2.9 * len(tiers) + 0.6), sharex=True, squeeze=False)
+        for ax, tier in zip(axes[:, 0], tiers):
+            part = agg[agg.tier == tier].pivot_table(index="time_s", columns="reason", values="rate", aggfunc="sum").fillna(0.0)
+            cols = [r for r in reasons if r in part.columns]
+            totals = agg[agg.tier == tier].groupby("reason").blocks.sum()
+            ax.stackplot(part.index / scale, *[part[c].to_numpy() for c in cols], colors=[palette[c] for c in cols],
+                         labels=[f"{c} ({int(totals[c]):,} blocks)" for c in cols], alpha=0.85, step="pre")
+            ax.set_ylabel("blocks / s")
+            ax.set_title(f"{tier}: evictions by reason", fontsize=10)
+            ax.legend(fontsize=8, loc="upper left")
+        axes[-1, 0].set_xlabel(f"simulated time ({unit})")
+        fig.suptitle(title or "Evictions by reason over time", fontsize=12)
+        fig.tight_layout()
+    return fig
+
+
+def evictions_by_reason_bars(summary: dict, title: str | None = None) -> Figure:
+    """Total blocks evicted by reason from a run's summary (for runs without the time series)."""
+    counts = summary.get("evictions_by_reason_blocks") or summary.get("evicted_blocks_by_reason") or {}
+    counts = {k: v for k, v in counts.items() if v}
+    if not counts:
+        raise PlotSkipped("evictions: nothing was evicted in this run")
+    with _style():
+        fig, ax = plt.subplots(figsize=(6.5, 3.4))
+        sns.barplot(x=list(counts.values()), y=list(counts.keys()), ax=ax, color="C0")
+        ax.set_xlabel("blocks evicted")
+        ax.set_title(title or "Evictions by reason (whole run)")
+        fig.tight_layout()
+    return fig
+
+
+def link_utilisation(link_samples: pd.DataFrame | None = None, links: pd.DataFrame | None = None,
+                     title: str | None = None) -> Figure:
+    """Link utilisation over time by link kind (NVLink, C2C, PCIe, NVMe, network): the mean over
+    links of a kind (line) and the busiest link of that kind (shaded up to it); below, the
+    throughput in GB/s summed over the kind. Utilisation of a link over an interval = the time
+    it moved data / the interval (processor sharing: one transfer alone uses all bandwidth).
+
+    Without a time series (``link_samples``) the ``links`` totals are drawn as bars of
+    whole-run utilisation; without either the run had no links (HBM only)."""
+    if link_samples is not None and len(link_samples):
+        _require(link_samples, ["time_s", "link", "kind", "bytes", "busy_s"], "link utilisation")
+        diffs = _interval_diffs(link_samples, ["link", "kind"], ["bytes", "busy_s"])
+        diffs = diffs[diffs.interval_s > 0]
+        diffs["utilisation"] = (diffs.busy_s / diffs.interval_s).clip(upper=1.0)
+        diffs["gb_per_s"] = diffs.bytes / diffs.interval_s / 1e9
+        kinds = sorted(diffs.kind.unique())
+        palette = dict(zip(kinds, sns.color_palette("deep", len(kinds))))
+        minutes = diffs.time_s.max() > 600
+        scale, unit = (60.0, "min") if minutes else (1.0, "s")
+        with _style():
+            fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 6.2), sharex=True)
+            for kind in kinds:
+                part = diffs[diffs.kind == kind].groupby("time_s")
+                mean, peak = part.utilisation.mean(), part.utilisation.max()
+                n_links = diffs[diffs.kind == kind].link.nunique()
+                ax.plot(mean.index / scale, mean, color=palette[kind], lw=1.6, label=f"{kind} (mean of {n_links})")
+                ax.fill_between(mean.index / scale, mean, peak, color=palette[kind], alpha=0.18, step=None)
+                gbps = part.gb_per_s.sum()
+                ax2.plot(gbps.index / scale, gbps, color=palette[kind], lw=1.4, label=kind)
+            ax.set_ylabel("utilisation (busy fraction)")
+            peak_all = float(diffs.utilisation.max())
+            # Scale to the data: links are often nearly idle, and a 0-1 axis would hide them.
+            ax.set_ylim(0, min(1.02, max(peak_all * 1.15, 1e-3)))
+            ax.text(0.99, 0.97, f"busiest link, busiest interval: {peak_all:.1%}", transform=ax.transAxes,
+                    ha="right", va="top", fontsize=8, color="0.3")
+            ax.set_title(title or "Link utilisation over time (shaded up to the busiest link of each kind)")
+            ax.legend(fontsize=8, loc="upper left")
+            ax2.set_ylabel("throughput (GB/s, all links of a kind)")
+            ax2.set_xlabel(f"simulated time ({unit})")
+            fig.tight_layout()
+        return fig
+    if links is not None and len(links) and {"link", "utilisation"} <= set(links.columns):
+        with _style():
+            fig, ax = plt.subplots(figsize=(7, 0.3 * len(links) + 1.6))
+            sns.barplot(data=links, x="utilisation", y="link", hue="kind" if "kind" in links else None, ax=ax, dodge=False)
+            ax.set_xlabel("utilisation over the whole run (busy fraction)")
+            ax.set_title(title or "Link utilisation (whole run; no time series in this run)")
+            fig.tight_layout()
+        return fig
+    raise PlotSkipped("link utilisation: this run has no links (HBM-only cache; enable cache.tiers for DRAM/disk)")
+
+
+def gap_bucket(requests: pd.DataFrame) -> pd.Series:
+    """The gap bucket of each request (``first_call`` for a session's first call), with the
+    same edges as ``recomputed_tokens_by_gap`` in the summary, as an ordered categorical."""
+    labels = ["first_call"] + [name for _, _, name in GAP_BUCKETS]
+    out = pd.Series("first_call", index=requests.index, dtype=object)
+    gaps = requests.gap_before_s.to_numpy(dtype=float)
+    first = (requests.gap_kind == "first").to_numpy() if "gap_kind" in requests else ~np.isfinite(gaps)
+    for low, high, name in GAP_BUCKETS:
+        out[(gaps >= low) & (gaps < high) & ~first] = name
+    return pd.Categorical(out, categories=labels, ordered=True)
+
+
+GAP_LABELS = {"first_call": "first call", "lt_1s": "< 1 s", "1_10s": "1-10 s", "10_60s": "10-60 s",
+              "1_5min": "1-5 min", "5_60min": "5-60 min", "gt_1h": "> 1 h"}
+
+
+def recompute_by_gap(requests: pd.DataFrame, hue: str | None = None, warmup_s: float = 0.0,
+                     title: str | None = None) -> Figure:
+    """Recomputed prompt tokens by the gap (tool call, human turn) before the request.
+
+    Left: millions of recomputed tokens per gap bucket; right: the token hit ratio of requests
+    in each bucket. Under a TTL policy the 5-60 min bucket shows what the TTL cost; under
+    capacity pressure the short buckets fill up too. One bar per ``hue`` value (e.g. policy)."""
+    _require(requests, ["gap_before_s", "recomputed_tokens", "prompt_tokens", "hit_tokens"], "recompute by gap")
+    done = _done(requests, warmup_s).copy()
+    done["gap"] = gap_bucket(done)
+    hue = hue if hue is not None and hue in done else None
+    keys = ["gap"] + ([hue] if hue else [])
+    agg = done.groupby(keys, observed=False).agg(recomputed=("recomputed_tokens", "sum"), prompt=("prompt_tokens", "sum"),
+                                                 hit=("hit_tokens", "sum"), n=("prompt_tokens", "size")).reset_index()
+    agg["recomputed_m"] = agg.recomputed / 1e6
+    agg["hit_ratio"] = agg.hit / agg.prompt.where(agg.prompt > 0)
+    agg["gap_label"] = agg.gap.map(GAP_LABELS).astype(str)
+    order = [GAP_LABELS[c] for c in agg.gap.cat.categories if agg.loc[agg.gap == c, "n"].sum() > 0]
+    agg = agg[agg.gap_label.isin(order)]
+    with _style():
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.4))
+        sns.barplot(data=agg, x="gap_label", y="recomputed_m", hue=hue, order=order, hue_order=_hue_order(agg, hue), ax=ax,
+                    color=None if hue else "C0")
+        ax.set_xlabel("gap before the request")
+        ax.set_ylabel("recomputed prompt tokens (millions)")
+        ax.set_title("recomputed tokens by preceding gap")
+        counts = agg.groupby("gap_label").n.sum() if not hue else agg.groupby("gap_label").n.max()
+        ax.set_xticks(range(len(order)), [f"{g}\n(n={int(counts.get(g, 0)):,})" for g in order], fontsize=8)
+        sns.barplot(data=agg, x="gap_label", y="hit_ratio", hue=hue, order=order, hue_order=_hue_order(agg, hue), ax=ax2,
+                    color=None if hue else "C2")
+        ax2.set_ylim(0, 1.02)
+        ax2.set_xlabel("gap before the request")
+        ax2.set_ylabel("hit ratio (tokens)")
+        ax2.set_title("hit ratio by preceding gap")
+        if hue:
+            ax2.get_legend().remove() if ax2.get_legend() else None
+            ax.legend(fontsize=8, title=hue)
+        fig.suptitle(title or "Where recomputation comes from", fontsize=12)
+        fig.tight_layout()
+    return fig
+
+
+# --- sweeps ---------------------------------------------------------------------------------------
+
+def cell_means(table: pd.DataFrame, metrics: Sequence[str], by: Sequence[str] = ("label",)) -> pd.DataFrame:
+    """Mean and 95% CI half-width (t, over seeds) of ``metrics`` per group of ``by``; ok runs only."""
+    from agentsim.experiments.stats import mean_ci
+
+    ok = table[table.status == "ok"] if "status" in table else table
+    rows = []
+    for key, group in ok.groupby(list(by), sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        row = dict(zip(by, key))
+        for metric in metrics:
+            n, mean, _std, half = mean_ci(pd.to_numeric(group[metric], errors="coerce").to_numpy(dtype=float))
+            row[metric], row[f"{metric}_ci"] = mean, half
+        row["seeds"] = len(group)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def cost_vs_sla(table: pd.DataFrame, cost: str = "cost_per_million_tokens_usd", sla: str = "sla_attainment",
+                hue: str | None = None, style: str | None = None, target: float | None = None,
+                annotate: bool | None = None, title: str | None = None) -> Figure:
+    """Cost against SLA attainment, one point per sweep cell (mean over seeds, 95% CI bars).
+
+    The good corner is bottom right (cheap and meeting the SLA). ``hue``/``style`` name axis
+    columns of the sweep (e.g. ``cache.eviction.name``); ``target`` draws the attainment target.
+    Points are annotated with the cell label when there are at most 12 cells."""
+    _require(table, [cost, sla], "cost vs SLA attainment")
+    by = ["label"] + [c for c in (hue, style) if c and c in table and c != "label"]
+    if "label" not in table:
+        table = table.assign(label=table.index.astype(str))
+    means = cell_means(table, [cost, sla], by)
+    means = means[np.isfinite(means[cost]) & np.isfinite(means[sla])]
+    if len(means) == 0:
+        raise PlotSkipped("cost vs SLA attainment: no cell has both metrics")
+    hue = hue if hue in means else None
+    style = style if style in means else None
+    with _style():
+        fig, ax = plt.subplots(figsize=(8, 5.2))
+        ax.errorbar(means[sla], means[cost], xerr=means[f"{sla}_ci"].fillna(0), yerr=means[f"{cost}_ci"].fillna(0),
+                    fmt="none", ecolor="0.6", elinewidth=0.9, capsize=2, zorder=1)
+        sns.scatterplot(data=means, x=sla, y=cost, hue=hue, style=style, s=80, ax=ax, zorder=2,
+                        hue_order=_hue_order(means, hue), color=None if hue else "C0")
+        if annotate is None:
+            annotate = len(means) <= 12
+        if annotate:
+            for row in means.itertuples():
+                ax.annotate(str(row.label), (getattr(row, sla), getattr(row, cost)), fontsize=7, xytext=(4, 4),
+                            textcoords="offset points", color="0.25")
+        if target is not None:
+            ax.axvline(target, color="C3", ls="--", lw=1, label=f"target {target:g}")
+        ax.set_xlabel(label(sla))
+        ax.set_ylabel(label(cost))
+        ax.set_title(title or "Cost against SLA attainment per sweep cell (bottom right is better)")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+    return fig
+
+
+def metric_vs_axis(table: pd.DataFrame, x: str, metrics: Sequence[str], hue: str | None = None,
+                   x_scale: float = 1.0, x_label: str | None = None, thresholds: dict[str, float] | None = None,
+                   logx: bool | None = None, title: str | None = None) -> Figure:
+    """One panel per metric against a sweep axis ``x`` (mean over seeds with 95% CI), one line
+    per ``hue``; ``thresholds`` draws an SLO line on a metric's panel (e.g. ``{"ttft_p99_s": 2}``)."""
+    _require(table, [x, *metrics], "metric vs axis")
+    ok = table[table.status == "ok"] if "status" in table else table
+    data = ok.assign(_x=pd.to_numeric(ok[x], errors="coerce") / x_scale)
+    hue = hue if hue is not None and hue in data else None
+    with _style():
+        fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 4.0), squeeze=False)
+        for ax, metric in zip(axes[0], metrics):
+            sns.lineplot(data=data, x="_x", y=metric, hue=hue, hue_order=_hue_order(data, hue), marker="o",
+                         errorbar=("ci", 95), ax=ax)
+            if thresholds and metric in thresholds:
+                ax.axhline(thresholds[metric], color="C3", ls="--", lw=1, label=f"SLO {thresholds[metric]:g}")
+                ax.legend(fontsize=7)
+            xs = data._x.to_numpy(dtype=float)
+            if (logx is True) or (logx is None and np.nanmin(xs) > 0 and np.nanmax(xs) / np.nanmin(xs) > 8):
+                ax.set_xscale("log")
+            ax.set_xlabel(x_label or label(x))
+            ax.set_ylabel(label(metric))
+            ax.set_title(label(metric).split(" (")[0], fontsize=10)
+        fig.suptitle(title or f"Metrics against {x_label or label(x)}", fontsize=12)
+        fig.tight_layout()
+    return fig
+
+
+def save_png(fig: Figure, path, dpi: int = 110) -> None:
+    """Write ``fig`` as PNG and close it (reports make many figures)."""
+    fig.savefig(path, dpi=dpi, format="png", bbox_inches="tight")
+    plt.close(fig)
+
+
+__all__ = [
+    "PlotSkipped", "label", "latency_cdf", "slowest_requests", "ttft_breakdown", "hit_ratio_vs_capacity",
+    "tier_occupancy", "evictions_over_time", "evictions_by_reason_bars", "link_utilisation", "gap_bucket",
+    "recompute_by_gap", "cell_means", "cost_vs_sla", "metric_vs_axis", "save_png",
+]
