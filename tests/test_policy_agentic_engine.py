@@ -1,6 +1,6 @@
 """Agentic policies and diagnostics in the timed (SimPy) simulation.
 
-* TTL timers fire in timed runs; the two TTL regimes of scenarios/ttl-regimes.yaml (spec T2).
+* TTL timers fire in timed runs; the two TTL regimes of scenarios/ttl-capacity-bound.yaml (spec T2).
 * Tool start/end events reach the policy; TTL-pin(tau=0) and admit_all reproduce the base run.
 * Every run's summary carries the diagnostics (T1 counters, evictions by reason, T_C, regime,
   Belady headroom).
@@ -17,7 +17,7 @@ from agentsim.config.loader import load_scenario
 from agentsim.engine.simulation import run_scenario
 from tests.conftest import ROOT, run_cli
 
-REGIMES = ROOT / "scenarios" / "ttl-regimes.yaml"
+REGIMES = ROOT / "scenarios" / "ttl-capacity-bound.yaml"
 LARGE = "hardware.kv_capacity_bytes=300GB"
 
 

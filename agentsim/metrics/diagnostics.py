@@ -175,8 +175,10 @@ class RunDiagnostics:
         self.env = env
         self.scenario = scenario
         self.instances = instances
-        self.recorders = [EvictionAgeRecorder(env, inst.cache.policy) for inst in instances]
         self.tiered = any(getattr(inst.cache, "tiers", None) is not None for inst in instances)
+        # With lower tiers, HBM "evictions" are demotions; KV leaves the cache only from the
+        # last tier, so that tier's evictions define T_C and the regime.
+        self.recorders = [EvictionAgeRecorder(env, self._tier_policies(inst)[-1]) for inst in instances]
         self.streams: dict[int, list] = {inst.instance_id: [] for inst in instances}
         self.max_inflight_s = 0.0   # longest in-flight pin (admission to finish) of any request
 
@@ -192,16 +194,38 @@ class RunDiagnostics:
         self.streams[request.instance].append(
             (request.admitted_s, request.request_id, request.prompt_keys, request.total_keys))
 
+    @staticmethod
+    def _tiers(inst) -> list:
+        """The cache tiers of an instance, HBM first (a plain cache is its only tier)."""
+        return list(getattr(inst.cache, "tiers", None) or [inst.cache])
+
+    def _tier_policies(self, inst) -> list:
+        return [tier.policy for tier in self._tiers(inst)]
+
     # --- summary -----------------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         reasons = {name: 0 for name in REASONS}
         counters = {name: 0 for name in TTL_COUNTERS}
         extra_counters: dict[str, int] = {}
+        by_tier: dict[str, dict[str, int]] = {}
+        last_tier_capacity = 0
         for inst in self.instances:
+            tiers = self._tiers(inst)
+            for tier in tiers:
+                tier_reasons = by_tier.setdefault(tier.name, {})
+                for reason, blocks in tier.evicted_by_reason.items():
+                    tier_reasons[reason] = tier_reasons.get(reason, 0) + blocks
+            last_tier_capacity += tiers[-1].evicted_by_reason.get("capacity", 0)
             for reason, blocks in inst.cache.evicted_by_reason.items():
                 reasons[reason] = reasons.get(reason, 0) + blocks
-            for key, value in inst.cache.policy.counters().items():
+            for tier in tiers[1:]:
+                # TTL expiry below HBM also removes KV (or moves it further down).
+                reasons["ttl_expiry"] += tier.evicted_by_reason.get("ttl_expiry", 0)
+        if self.tiered:
+            out["evictions_by_tier_and_reason_blocks"] = by_tier
+        for inst in self.instances:
+            for key, value in [kv for policy in self._tier_policies(inst) for kv in policy.counters().items()]:
                 if not isinstance(value, (int, float)):
                     continue
                 if key in counters:
@@ -232,10 +256,14 @@ class RunDiagnostics:
         out["characteristic_eviction_time_max_s"] = float(ages.max()) if len(ages) else float("nan")
         # The longest time a block was held unevictable: an in-flight request, or a TTL-pin.
         out["max_pin_s"] = max(self.max_inflight_s, float(extra_counters.get("max_pin_s", 0.0)))
-        ttl_s = _policy_ttl_s(self.instances[0].cache.policy)
+        ttl_s = next((t for t in map(_policy_ttl_s, self._tier_policies(self.instances[0])) if t is not None), None)
         out["ttl_s"] = ttl_s
         out["ttl_margin_s"] = (ttl_s - t_c) if ttl_s is not None and math.isfinite(t_c) else None
         capacity_like = counters["capacity_evictions_blocks"]
+        if self.tiered:
+            # Blocks leave the cache for capacity only from the last tier (HBM evictions demote).
+            capacity_like = last_tier_capacity
+            out["cache_exit_capacity_blocks"] = int(last_tier_capacity)
         expired = counters["ttl_expirations_blocks"]
         if capacity_like == 0 and expired == 0:
             regime = "no_eviction"
