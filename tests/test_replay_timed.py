@@ -37,6 +37,10 @@ def test_closed_loop_keeps_think_times_and_joins_subagents():
         assert nxt.arrival_s >= prev.finish_s - 1e-9
         if nxt.gap_kind in ("tool", "human"):
             assert nxt.arrival_s == pytest.approx(prev.finish_s + nxt.gap_before_s)
+    report = result.summary["trace_report"]
+    assert report["sessions"] == len(sessions)
+    assert 0 <= report["session_hit_ratio_p10"] <= report["session_hit_ratio_p50"] <= report["session_hit_ratio_p90"] <= 1
+    assert sum(report["recomputed_tokens_by_kind"].values()) == int(table.recomputed_tokens.sum())
     if any(s.subagents() for s in sessions):
         assert result.summary["subagents"] > 0
         assert (table.gap_kind == "join").any()

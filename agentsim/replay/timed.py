@@ -76,9 +76,43 @@ def run_timed_replay(trace, fmt: str = "auto", mode: str = "open-loop", policy: 
         "block_hit_ratio": hit_blocks / requested_blocks if requested_blocks else 0.0,
         "capacity_blocks": capacity, "policy": policy,
     })
+    if sessions is not None:
+        result.summary["trace_report"] = weka_reuse_report(table, sessions, block)
     if out_dir is not None:
         from agentsim.results import prepare_out_dir, write_run
 
         prepare_out_dir(Path(out_dir), force=True)
         write_run(result, out_dir)
     return result
+
+
+def weka_reuse_report(table, sessions, block_tokens: int) -> dict:
+    """Where reuse and recompute come from in a closed-loop WEKA replay.
+
+    * ``session_hit_ratio_p10/p50/p90``: distribution over sessions of their token hit ratio;
+    * ``prefix_hit_fraction``: share of calls (after each agent's first) whose hit covers the
+      session's tools+system prefix (``tool_tokens + system_tokens``, whole blocks);
+    * ``recomputed_tokens_by_kind``: recompute by what preceded the call (first call, tool gap,
+      human gap, sub-agent join).
+    """
+    import numpy as np
+
+    done = table[~table.rejected]
+    per_session = done.groupby("session_id")[["hit_tokens", "prompt_tokens"]].sum()
+    ratios = (per_session.hit_tokens / per_session.prompt_tokens.clip(lower=1)).to_numpy()
+    prefix_tokens = {}
+    for number, session in enumerate(sessions):
+        tokens = (session.tool_tokens or 0) + (session.system_tokens or 0)
+        prefix_tokens[number] = (tokens // block_tokens) * block_tokens
+    later = done[done.gap_kind != "first"]
+    needed = later.session_id.map(prefix_tokens).fillna(0)
+    covered = later[(needed > 0) & (later.hit_tokens >= needed)]
+    with_prefix = later[needed > 0]
+    return {
+        "sessions": int(len(per_session)),
+        "session_hit_ratio_p10": float(np.percentile(ratios, 10)) if len(ratios) else None,
+        "session_hit_ratio_p50": float(np.percentile(ratios, 50)) if len(ratios) else None,
+        "session_hit_ratio_p90": float(np.percentile(ratios, 90)) if len(ratios) else None,
+        "prefix_hit_fraction": float(len(covered) / len(with_prefix)) if len(with_prefix) else None,
+        "recomputed_tokens_by_kind": {kind: int(v) for kind, v in done.groupby("gap_kind").recomputed_tokens.sum().items()},
+    }
