@@ -42,7 +42,7 @@ LABELS = {
     "hit_ratio": "hit ratio (tokens, timed run)",
     "policy_replay_hit_ratio": "hit ratio (blocks, cache-only replay of the run's stream)",
     "belady_replay_hit_ratio": "Belady hit ratio (blocks, replay)",
-    "sla_attainment": "SLA attainment (fraction of requests meeting TTFT and TPOT targets)",
+    "sla_attainment": "SLA attainment (fraction of requests)",
     "cost_per_million_tokens_usd": "GPU cost per million tokens (USD)",
     "ttft_p99_s": "TTFT p99 (s)",
     "ttft_p999_s": "TTFT p99.9 (s)",
@@ -159,7 +159,9 @@ def latency_cdf(requests: pd.DataFrame, metrics: Sequence[str] = ("ttft_s", "e2e
             ax.set_xlabel(label(metric) + ", log scale")
             ax.set_ylabel("fraction of requests at most x (logit scale)")
             ax.set_title(f"CDF of {label(metric).split(' (')[0]}")
-            ax.legend(fontsize=7.5, loc="upper left", title=hue, title_fontsize=8)
+            # Below the axes: with several curves an inside legend would cover the tail.
+            ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), title=hue, title_fontsize=8,
+                      ncol=1 if len(groups) <= 4 else 2, frameon=False)
         fig.suptitle(title or "Latency distribution (dot: p99, cross: p99.9)", fontsize=12)
         fig.tight_layout()
     return fig
@@ -542,11 +544,13 @@ def cell_means(table: pd.DataFrame, metrics: Sequence[str], by: Sequence[str] = 
 def cost_vs_sla(table: pd.DataFrame, cost: str = "cost_per_million_tokens_usd", sla: str = "sla_attainment",
                 hue: str | None = None, style: str | None = None, target: float | None = None,
                 annotate: bool | None = None, title: str | None = None) -> Figure:
-    """Cost against SLA attainment, one point per sweep cell (mean over seeds, 95% CI bars).
+    """Cost against SLA attainment, one point per sweep cell (mean over seeds, large marker) with
+    each seed's run as a small dot of the same colour (with few seeds a t-interval is wider than
+    the data and would hide them).
 
     The good corner is bottom right (cheap and meeting the SLA). ``hue``/``style`` name axis
     columns of the sweep (e.g. ``cache.eviction.name``); ``target`` draws the attainment target.
-    Points are annotated with the cell label when there are at most 12 cells."""
+    Points are annotated with the cell's ``label`` column when there are at most 12 cells."""
     _require(table, [cost, sla], "cost vs SLA attainment")
     by = ["label"] + [c for c in (hue, style) if c and c in table and c != "label"]
     if "label" not in table:
@@ -559,10 +563,15 @@ def cost_vs_sla(table: pd.DataFrame, cost: str = "cost_per_million_tokens_usd", 
     style = style if style in means else None
     with _style():
         fig, ax = plt.subplots(figsize=(8, 5.2))
-        ax.errorbar(means[sla], means[cost], xerr=means[f"{sla}_ci"].fillna(0), yerr=means[f"{cost}_ci"].fillna(0),
-                    fmt="none", ecolor="0.6", elinewidth=0.9, capsize=2, zorder=1)
-        sns.scatterplot(data=means, x=sla, y=cost, hue=hue, style=style, s=80, ax=ax, zorder=2,
-                        hue_order=_hue_order(means, hue), color=None if hue else "C0")
+        ok = table[table.status == "ok"] if "status" in table else table
+        seeds = ok.assign(**{sla: pd.to_numeric(ok[sla], errors="coerce"), cost: pd.to_numeric(ok[cost], errors="coerce")})
+        order = _hue_order(means, hue)
+        sns.scatterplot(data=seeds, x=sla, y=cost, hue=hue, hue_order=order, s=14, alpha=0.45, ax=ax, zorder=1,
+                        legend=False, color=None if hue else "C0")
+        sns.scatterplot(data=means, x=sla, y=cost, hue=hue, style=style, s=90, ax=ax, zorder=2, edgecolor="black",
+                        hue_order=order, color=None if hue else "C0")
+        low = float(np.nanmin(seeds[sla])) if len(seeds) else 0.0
+        ax.set_xlim(max(-0.02, low - 0.05), 1.02)
         if annotate is None:
             annotate = len(means) <= 12
         if annotate:
@@ -591,9 +600,9 @@ def metric_vs_axis(table: pd.DataFrame, x: str, metrics: Sequence[str], hue: str
     hue = hue if hue is not None and hue in data else None
     with _style():
         fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 4.0), squeeze=False)
-        for ax, metric in zip(axes[0], metrics):
+        for i, (ax, metric) in enumerate(zip(axes[0], metrics)):
             sns.lineplot(data=data, x="_x", y=metric, hue=hue, hue_order=_hue_order(data, hue), marker="o",
-                         errorbar=("ci", 95), ax=ax)
+                         errorbar=("ci", 95), ax=ax, legend=i == 0)
             if thresholds and metric in thresholds:
                 ax.axhline(thresholds[metric], color="C3", ls="--", lw=1, label=f"SLO {thresholds[metric]:g}")
                 ax.legend(fontsize=7)
