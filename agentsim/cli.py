@@ -13,7 +13,7 @@ import sys
 import typer
 
 from agentsim.commands import COMMAND_MODULES
-from agentsim.errors import InputError
+from agentsim.errors import InputError, InvariantViolation
 
 app = typer.Typer(
     name="agentsim",
@@ -45,6 +45,11 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, standalone_mode=True)
     except InputError as error:
         fail(error)
+    except InvariantViolation as error:
+        # A bug in a policy or the engine (found by --check-invariants), not bad input: one line
+        # naming the simulated time, instance and event, and its own exit code.
+        sys.stderr.write(f"error: {error}\n")
+        raise SystemExit(3)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         raise SystemExit(130)

@@ -370,6 +370,7 @@ class ServingInstance:
         now = env.now
         for state, n in chunks:
             state.prefill_left -= n
+            state.req.prefilled_tokens += n
             state.context_tokens += n
             if state.prefill_left == 0:
                 state.prefill_done_s = now

@@ -38,6 +38,7 @@ class LLMRequest:
     first_token_s: float = float("nan")
     finish_s: float = float("nan")
     hit_tokens: int = 0
+    prefilled_tokens: int = 0   # prompt tokens computed by prefill (hit + prefilled = prompt when done)
     rejected: bool = False
     # Memory hierarchy: hit tokens by the tier that served them, bytes loaded, load end.
     tier_hit_tokens: dict = field(default_factory=dict)

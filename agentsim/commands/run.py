@@ -2,12 +2,42 @@
 
 from __future__ import annotations
 
+import signal
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from agentsim.commands.common import console, simulated_time_progress, summary_table
+
+#: Exit codes of a run stopped by a signal (128 + signal number, as shells report them).
+SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+@contextmanager
+def stop_on_signals(stop):
+    """While active, SIGINT and SIGTERM ask the simulation to stop (``stop.set(reason)``) instead
+    of killing it, so the requests finished so far can be written. A second signal of either
+    kind falls back to the usual behaviour (KeyboardInterrupt / termination). Yields a list that
+    receives the numbers of the signals caught."""
+    caught: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in SIGNAL_EXIT_CODES}
+
+    def handler(signum, frame):
+        caught.append(signum)
+        stop.set(f"interrupted by {signal.Signals(signum).name}")
+        for sig in SIGNAL_EXIT_CODES:  # a second signal stops for real
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+
+    for sig in SIGNAL_EXIT_CODES:
+        signal.signal(sig, handler)
+    try:
+        yield caught
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def register(app: typer.Typer) -> None:
@@ -23,7 +53,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Simulate a scenario; write summary.json, requests.parquet and scenario.resolved.yaml."""
         from agentsim.config.loader import load_scenario
-        from agentsim.engine.simulation import run_scenario
+        from agentsim.engine.simulation import StopRequest, run_scenario
         from agentsim.results import prepare_out_dir, write_run
 
         overrides = list(set_ or [])
@@ -32,9 +62,21 @@ def register(app: typer.Typer) -> None:
         scenario = load_scenario(scenario_file, overrides, seed)
         out_dir = out or Path("runs") / scenario.name
         prepare_out_dir(out_dir, force)
-        with simulated_time_progress(not quiet) as progress:
-            result = run_scenario(scenario, progress=progress)
+        stop = StopRequest()
+        with stop_on_signals(stop) as caught:
+            if not quiet:
+                sys.stderr.write(f"simulating {scenario.name}: {scenario.duration_s:g} simulated s "
+                                 "(Ctrl-C stops and keeps the requests finished so far)\n")
+                sys.stderr.flush()
+            with simulated_time_progress(not quiet) as progress:
+                result = run_scenario(scenario, progress=progress, stop=stop)
         write_run(result, out_dir)
         if not quiet:
             console.print(summary_table(result.summary, title=f"{scenario.name} (seed {scenario.seed})"))
             console.print(f"results written to {out_dir}/")
+        if result.summary.get("complete") is False:
+            summary = result.summary
+            sys.stderr.write(f"{stop.reason} at t={summary.get('simulated_s', 0.0):.1f} simulated s: "
+                             f"{summary.get('requests', 0)} finished requests written to {out_dir}/ "
+                             "(summary.json: complete false)\n")
+            raise typer.Exit(SIGNAL_EXIT_CODES[signal.Signals(caught[0])])

@@ -27,8 +27,56 @@ from agentsim.metrics.summary import summarize_requests
 from agentsim.engine.agentic import AgenticWiring
 from agentsim.metrics.diagnostics import RunDiagnostics
 from agentsim.metrics.timeseries import TimeSeriesSampler
+from agentsim.errors import InvariantViolation
 
 ProgressCallback = Callable[[float, float], None]
+
+
+class StopRequest:
+    """Asks a running simulation to stop at the next event (set from a signal handler).
+
+    ``reason`` is None until :meth:`set`; the run then ends early and its summary says
+    ``complete: false`` with this reason. Setting only stores a string, so it is safe to call
+    from a signal handler at any point of an event.
+    """
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def set(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+
+#: What an instance was doing when an invariant broke, by the method it was in.
+_EVENTS = {"_admit": "admission", "_admit_tiered": "admission", "_complete": "request completion",
+           "_finish": "request completion", "_load": "load completion", "_prefill_iteration": "prefill iteration",
+           "_decode_stretch": "decode stretch", "_loop": "scheduling"}
+
+
+def _locate_violation(exc: BaseException) -> tuple[int | None, str]:
+    """(instance id, event) of the innermost serving-instance frame where ``exc`` was raised.
+
+    SimPy re-raises a process's exception as a copy whose ``__cause__`` is the original, so the
+    cause chain is walked (outermost first) and the innermost matching frame wins."""
+    chain = []
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__
+    instance, event, fallback = None, None, None
+    for link in chain:
+        tb = link.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            module = frame.f_globals.get("__name__", "")
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, ServingInstance):
+                instance = owner.instance_id
+                event = _EVENTS.get(frame.f_code.co_name, frame.f_code.co_name)
+            elif module.startswith("agentsim.") and not module.startswith("agentsim.cache") and module != __name__:
+                fallback = frame.f_code.co_name
+            tb = tb.tb_next
+    return instance, event or fallback or "an event"
 
 
 @dataclass
@@ -93,6 +141,9 @@ class Simulation:
         # Triggered once the duration has passed and no call is in flight: agents then only
         # wait on gaps after which they would not call again, so the run is over.
         self.finished = self.env.event()
+        self.check_invariants = scenario.run.check_invariants
+        self.stop_request: StopRequest | None = None
+        self.stop_reason: str | None = None
 
     def _on_mutation(self, instance: int, old_keys: list[int], from_block: int) -> None:
         """An agent rewrote its history: its old blocks past the offset are dead (reason mutation)."""
@@ -112,7 +163,25 @@ class Simulation:
         yield self.env.timeout(self.scenario.duration_s)
         self._maybe_finish()
 
+    def _check_conservation(self, request: LLMRequest) -> None:
+        """Token conservation of a finished request: hit + recomputed (prefilled) = prompt."""
+        prompt, hit = request.prompt_tokens, request.hit_tokens
+        problem = None
+        if request.rejected:
+            if hit or request.prefilled_tokens:
+                problem = f"rejected but has {hit} hit and {request.prefilled_tokens} prefilled tokens"
+        elif not 0 <= hit <= max(0, prompt - 1):
+            problem = f"hit_tokens {hit} outside [0, prompt_tokens - 1 = {prompt - 1}]"
+        elif hit + request.prefilled_tokens != prompt:
+            problem = f"hit {hit} + recomputed {request.prefilled_tokens} != prompt {prompt} tokens"
+        elif request.tier_hit_tokens and sum(request.tier_hit_tokens.values()) != hit:
+            problem = f"hits by tier {request.tier_hit_tokens} do not sum to hit_tokens {hit}"
+        if problem is not None:
+            raise InvariantViolation(f"token conservation of request {request.request_id}: {problem}")
+
     def _on_finish(self, request: LLMRequest) -> None:
+        if self.check_invariants:
+            self._check_conservation(request)
         slo = self.scenario.slo
         if request.rejected:
             ttft = tpot = e2e = queue = float("nan")
@@ -179,9 +248,36 @@ class Simulation:
         self.env.process(self._end_of_arrivals())
         if self.progress is not None:
             self.env.process(self._progress())
-        self.env.run(until=self.finished)
+        self._run_events()
         wall_s = time.perf_counter() - started
         return self._result(wall_s)
+
+    def _run_events(self) -> None:
+        """``env.run(until=self.finished)``, plus: stop early when :attr:`stop_request` is set
+        (the result then covers the requests finished so far), and name the simulated time,
+        instance and event of an invariant violation."""
+        env = self.env
+        done: list[bool] = []
+        # As simpy's run(until=event): stop once the event's callbacks have run.
+        self.finished.callbacks.append(lambda _event: done.append(True))
+        stop = self.stop_request
+        step = env.step
+        try:
+            if stop is None:
+                while not done:
+                    step()
+            else:
+                while not done:
+                    if stop.reason is not None:
+                        self.stop_reason = stop.reason
+                        return
+                    step()
+        except simpy.core.EmptySchedule:
+            raise RuntimeError("no scheduled events left but the run has not finished") from None
+        except InvariantViolation as exc:
+            instance, event = _locate_violation(exc)
+            where = f" on instance {instance}" if instance is not None else ""
+            raise InvariantViolation(f"invariant violated at t={env.now:.6f} s{where} during {event}: {exc}") from exc
 
     def _result(self, wall_s: float) -> RunResult:
         scenario = self.scenario
@@ -231,6 +327,10 @@ class Simulation:
             summary.update(self.hierarchy.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))
             tables["links"] = self.hierarchy.link_table(simulated_s)
         tables.update(self.timeseries.tables())
+        # A run stopped early (Ctrl-C, SIGTERM) summarises the requests finished so far.
+        summary["complete"] = self.stop_reason is None
+        if self.stop_reason is not None:
+            summary["incomplete_reason"] = self.stop_reason
         return RunResult(summary=summary, tables=tables, scenario=scenario)
 
 
@@ -242,6 +342,12 @@ def _merge_counts(dicts) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def run_scenario(scenario, progress: ProgressCallback | None = None) -> RunResult:
-    """Simulate ``scenario`` once and return its results (deterministic for a given seed)."""
-    return Simulation(scenario, progress).run()
+def run_scenario(scenario, progress: ProgressCallback | None = None, stop: StopRequest | None = None) -> RunResult:
+    """Simulate ``scenario`` once and return its results (deterministic for a given seed).
+
+    ``stop``: when set during the run, the simulation ends at the next event and the result
+    covers the requests finished so far (``summary["complete"]`` is False, with the reason).
+    """
+    simulation = Simulation(scenario, progress)
+    simulation.stop_request = stop
+    return simulation.run()

@@ -1,0 +1,137 @@
+"""Interruption: Ctrl-C (SIGINT) or SIGTERM during ``agentsim run`` writes the requests finished so
+far with a summary marked incomplete; during ``agentsim sweep`` finished cells are kept and a rerun
+resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from agentsim.results import load_run
+from tests.conftest import ROOT, run_cli
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "agentsim.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_for_line(process: subprocess.Popen, needle: str, timeout_s: float = 120) -> str:
+    """Read stderr until a line containing ``needle`` (the run has installed its handlers)."""
+    deadline = time.time() + timeout_s
+    seen = ""
+    while time.time() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        seen += line
+        if needle in line:
+            return seen
+    raise AssertionError(f"never saw {needle!r}; stderr so far: {seen}")
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_signal_during_run_writes_finished_requests_marked_incomplete(small_scenario_yaml, tmp_path, sig, code):
+    out = tmp_path / "out"
+    # A long simulated span so the run is still going when the signal arrives.
+    process = _start(["run", str(small_scenario_yaml), "--out", str(out), "--set", "duration_s=100h",
+                      "--set", "workload.agent_classes.coding.arrival.concurrent=16"])
+    try:
+        _wait_for_line(process, "Ctrl-C stops")
+        time.sleep(1.5)  # let some requests finish
+        os.kill(process.pid, sig)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == code, stderr
+    assert "Traceback" not in stderr
+    name = signal.Signals(sig).name
+    assert f"interrupted by {name} at t=" in stderr and "complete false" in stderr
+    summary, tables = load_run(out)
+    assert summary["complete"] is False and summary["incomplete_reason"] == f"interrupted by {name}"
+    assert 0 < summary["simulated_s"] < 100 * 3600
+    requests = tables["requests"]
+    assert summary["requests"] == len(requests) > 0
+    assert (requests.finish_s <= summary["simulated_s"] + 1e-9).all()
+    assert summary["ttft_p99_s"] == pytest.approx(requests.ttft_s.quantile(0.99), rel=1e-6)
+    assert (out / "scenario.resolved.yaml").exists()
+    # An interrupted run is still a run: not overwritten without --force.
+    again = run_cli("run", str(small_scenario_yaml), "--out", str(out), "--quiet")
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+
+def test_normal_run_is_marked_complete(small_scenario_yaml, tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("run", str(small_scenario_yaml), "--out", str(out), "--quiet", "--set", "duration_s=1m")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] is True and "incomplete_reason" not in summary
+
+
+def test_stop_request_in_process(small_scenario_yaml):
+    """The engine API: a StopRequest set during the run ends it at the next event."""
+    from agentsim.config.loader import load_scenario
+    from agentsim.engine.simulation import StopRequest, run_scenario
+
+    scenario = load_scenario(small_scenario_yaml, ["duration_s=10h"])
+    stop = StopRequest()
+    calls = []
+
+    def progress(now_s, total_s):
+        calls.append(now_s)
+        if now_s >= 600:
+            stop.set("stopped by test")
+
+    result = run_scenario(scenario, progress=progress, stop=stop)
+    assert result.summary["complete"] is False and result.summary["incomplete_reason"] == "stopped by test"
+    assert 600 <= result.summary["simulated_s"] < 700
+    assert result.summary["requests"] == len(result.tables["requests"]) > 0
+
+
+@pytest.mark.slow
+def test_sigint_during_sweep_keeps_finished_cells_and_rerun_resumes(small_scenario_yaml, tmp_path):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"""
+name: interrupt-me
+base: {small_scenario_yaml}
+set: {{duration_s: 6m}}
+seeds: 2
+axes:
+  grid:
+    hardware.kv_capacity_bytes: [0.5GB, 1GB, 2GB, 3GB, 4GB, 5GB, 6GB, 7GB, 8GB, 9GB]
+""")
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-m", "agentsim.cli", "sweep", str(sweep), "--out", str(out),
+                                "--workers", "1", "-q"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and len(list(out.glob("cells/*/seed-*/summary.json"))) < 2:
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    finished = {p: p.stat().st_mtime_ns for p in out.glob("cells/*/seed-*/summary.json")}
+    assert 2 <= len(finished) < 20, "the sweep should have been interrupted part-way"
+    for path in finished:
+        assert json.loads(path.read_text())["requests"] > 0
+    rerun = run_cli("sweep", str(sweep), "--out", str(out), "--workers", "1", "-q")
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"{20 - len(finished)} run, {len(finished)} already done, 0 failed" in " ".join(rerun.stdout.split())
+    for path, stamp in finished.items():
+        assert path.stat().st_mtime_ns == stamp  # kept, not recomputed
+    assert len(pd.read_parquet(out / "results.parquet")) == 20
