@@ -190,6 +190,18 @@ class Tier:
             self.owner.remove_tail(entry.node, len(entry.node.keys), reason, self.index, now_s)
 
 
+class PrefetchPin:
+    """The pins one prefetch holds (see :meth:`TieredCache.begin_prefetch`)."""
+
+    __slots__ = ("deepest", "masks", "staged_blocks", "released")
+
+    def __init__(self, deepest: TNode):
+        self.deepest = deepest
+        self.masks: dict[TNode, tuple] = {}   # node -> tiers whose copies this prefetch pinned
+        self.staged_blocks = 0
+        self.released = False
+
+
 class Match(NamedTuple):
     node: TNode        # deepest matched node (any tier)
     hit_blocks: int    # matched blocks, all tiers
@@ -662,6 +674,122 @@ class TieredCache:
                 if entry is not None and not self.tiers[s].inclusive and entry.io_ref == 0:
                     self._leave(node, s, "promoted")
         return ok
+
+    # --- prefetch (HiCache L3 -> DRAM staging) and tool-gap swap-out ------------------------------
+    def begin_prefetch(self, deepest: TNode) -> "PrefetchPin":
+        """Pin (transfer pins) every copy of every node from the root to ``deepest`` while a
+        prefetch stages part of that path into DRAM ahead of a request's admission: nothing on
+        the path can be evicted, split by eviction, or dropped until :meth:`end_prefetch`.
+
+        Which tiers were pinned is recorded per node; a node another lookup splits meanwhile
+        inherits the record of the node below it (a split's upper part sits right above its
+        lower part on the path), so copies made later (a concurrent request's recompute, the
+        staging itself) are never unpinned by mistake."""
+        pin = PrefetchPin(deepest)
+        node = deepest
+        while node.parent is not None:
+            mask = tuple(t for t, entry in enumerate(node.entries) if entry is not None)
+            for t in mask:
+                node.entries[t].io_ref += 1
+            pin.masks[node] = mask
+            node = node.parent
+        return pin
+
+    def _pinned_path(self, pin: "PrefetchPin") -> list[tuple[TNode, tuple]]:
+        """(node, pinned tiers) from ``pin.deepest`` up to the root's child."""
+        out = []
+        mask: tuple = ()
+        node = pin.deepest
+        while node.parent is not None:
+            mask = pin.masks.get(node, mask)
+            out.append((node, mask))
+            node = node.parent
+        return out
+
+    def stage_prefetched(self, pin: "PrefetchPin", node: TNode, n_blocks: int, now_s: float) -> int:
+        """The first ``n_blocks`` blocks of ``node`` (on the pinned path) arrived in DRAM (tier 1)
+        from a lower tier: copy them there (splitting ``node`` if only part arrived) and keep the
+        new copy pinned until :meth:`end_prefetch`. An exclusive source tier frees its copy at
+        once. Returns the blocks staged (0 if DRAM had no room or the blocks were already there)."""
+        mask = dict(self._pinned_path(pin)).get(node)
+        if mask is None or not node.alive or not 0 < n_blocks <= len(node.keys):
+            return 0
+        target = node
+        if n_blocks < len(node.keys):
+            target = self._split(node, n_blocks)
+            pin.masks[target] = mask
+        if target.entries[1] is not None:
+            return 0
+        if not self.stage(target, 1, now_s):
+            return 0
+        target.entries[1].io_ref += 1
+        kept = [1]
+        for t in mask:
+            entry = target.entries[t]
+            if t >= 2 and not self.tiers[t].inclusive and entry is not None:
+                entry.io_ref -= 1
+                if entry.io_ref == 0:
+                    self._leave(target, t, "promoted")
+                continue
+            kept.append(t)
+        pin.masks[target] = tuple(sorted(kept))
+        n = len(target.keys)
+        pin.staged_blocks += n
+        return n
+
+    def next_to_stage(self, pin: "PrefetchPin") -> tuple[TNode, int] | None:
+        """The first node (from the root) of the pinned path with no HBM or DRAM copy, and the
+        lower tier it would be read from; None if the whole path is in HBM or DRAM."""
+        for node, _ in reversed(self._pinned_path(pin)):
+            if node.entries[0] is None and node.entries[1] is None:
+                return node, self.source_tier(node)
+        return None
+
+    def end_prefetch(self, pin: "PrefetchPin") -> None:
+        """Release the pins of :meth:`begin_prefetch` (and of the staged copies). Idempotent."""
+        if pin.released:
+            return
+        pin.released = True
+        released = []
+        for node, mask in self._pinned_path(pin):
+            for t in mask:
+                entry = node.entries[t]
+                if entry is None:
+                    raise InvariantViolation(f"prefetch-pinned copy of {node!r} in tier {t} disappeared")
+                released.append(entry)
+        self._release_io(released)
+        for node, _ in self._pinned_path(pin):
+            if node.entries[0] is not None and not node.loading:
+                self._free_exclusive_copies(node)
+
+    def swap_out_path(self, deepest: TNode, now_s: float, reason: str = "tool_demote") -> int:
+        """InferCept-style swap at a tool call: move the unpinned HBM-leaf chain ending at
+        ``deepest`` to tier 1, copying each node there first whatever tier 1's write policy
+        (unlike :meth:`demote_path`, a swap never drops KV), then freeing HBM. Stops at a shared
+        or pinned node, or when tier 1 has no room. Returns blocks moved out of HBM."""
+        if self.n_tiers < 2:
+            return 0
+        hbm = self.tiers[0]
+        moved = 0
+        node = deepest
+        while node.parent is not None and node.alive and node.entries[0] is None:
+            node = node.parent
+        while node.parent is not None and node.alive:
+            entry = node.entries[0]
+            if entry is None or not hbm.is_evictable(entry):
+                break
+            n = len(node.keys)
+            if node.entries[1] is None:
+                if not self._write(node, 1, now_s):
+                    break
+                self.demoted_blocks[1] += n
+            parent = node.parent
+            self._leave(node, 0, reason)
+            moved += n
+            node = parent
+        if node.parent is not None and node.entries[0] is not None and hbm.is_evictable(node.entries[0]):
+            hbm.policy.on_candidate(node.entries[0])
+        return moved
 
     def demote_path(self, deepest: TNode, now_s: float, reason: str = "tool_demote") -> int:
         """Evict the unpinned HBM-leaf chain ending at ``deepest`` from HBM (demoting it as the

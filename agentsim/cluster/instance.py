@@ -18,6 +18,21 @@ much of the below-HBM part to load rather than recompute. Loaded blocks are rese
 with the rest; the request's prefill waits for the load (or overlaps it layer by layer, in which
 case only its first token waits). Disk and remote hits stage through DRAM (two transfers). Peer
 HBM hits (another instance of the NVLink domain) come over NVLink. TTFT = queue + load + prefill.
+
+Prefetch (``cache.tiers.prefetch``, HiCache section 2.3 of the policies reference): when a
+request arrives, the part of its prefix found only below DRAM (disk, remote) is staged into
+DRAM chunk by chunk if it is at least ``threshold_tokens`` long. The stop rule decides when the
+request may be scheduled: ``best_effort`` as soon as it otherwise would be, ``wait_complete``
+when the whole prefetch arrived, ``timeout`` at the earlier of the two and
+``timeout_base_s + timeout_per_ki_token_s * tokens / 1024`` after arrival. Requests not ready
+yet are skipped (others behind them may be scheduled). Whatever arrived is loaded from DRAM;
+the rest is recomputed (with a prefetch policy, lower tiers are reached only by prefetch, as in
+HiCache). Served prefetched tokens count as hits of the tier they came from.
+
+Tool-gap movement (``cache.tiers.on_tool_call: demote``, ``prefetch_before_return``): when a
+call ends in a tool or human pause, the agent's private HBM chain is swapped out to DRAM right
+after its unpin, and ``return_lead_s`` before the pre-sampled return its below-HBM KV is loaded
+back into HBM; the agent's next call waits for that load if it arrives first.
 """
 
 from __future__ import annotations
@@ -92,13 +107,27 @@ class _Running:
         self.prefill_done_s = float("nan")
 
 
+class _Prefetch:
+    """One request's L3 -> DRAM prefetch (see the module docstring)."""
+
+    __slots__ = ("pin", "deadline_s", "staged", "stopped", "finished")
+
+    def __init__(self, pin, deadline_s: float):
+        self.pin = pin
+        self.deadline_s = deadline_s
+        self.staged: dict[str, int] = {}   # blocks staged into DRAM by source tier name
+        self.stopped = False
+        self.finished = False
+
+
 class ServingInstance:
     """One instance; ``on_finish(request)`` is called for every finished or rejected request."""
 
     def __init__(self, env: simpy.Environment, instance_id: int, cache: RadixCache, cost: RooflineCostModel,
                  block_tokens: int, max_batch_requests: int, prefill_chunk_tokens: int,
                  on_finish: Callable[[LLMRequest], None], check_invariants: bool = False,
-                 links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None):
+                 links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None,
+                 tiers_config=None):
         self.env = env
         self.instance_id = instance_id
         self.cache = cache
@@ -126,12 +155,36 @@ class ServingInstance:
         #: ``before_unpin(request, deepest_node)``: called at a request's end after COMMIT and
         #: before UNPIN (set by the engine for tool-start events).
         self.before_unpin: Callable[[LLMRequest, Node], None] | None = None
+        # Prefetch and tool-gap movement (see the module docstring); all off by default.
+        self.prefetch_cfg = None
+        self.tool_demote = False
+        self.return_prefetch = False
+        self.return_lead_s = 0.0
+        self._prefetches: dict[int, _Prefetch] = {}   # request id -> its L3 prefetch
+        self._returning: dict[int, int] = {}          # agent id -> in-flight return prefetches
+        self._held_for_return: set[int] = set()       # request ids counted in return_waits
+        self.tier_stats = {"prefetches": 0, "prefetch_wanted_blocks": 0, "prefetch_staged_blocks": 0,
+                           "prefetch_served_tokens": 0, "tool_demoted_blocks": 0, "return_prefetches": 0,
+                           "return_prefetched_blocks": 0, "return_prefetch_failed": 0, "return_waits": 0}
+        if self.tiered and tiers_config is not None and links is not None:
+            names = [tier.name for tier in cache.tiers]
+            if tiers_config.prefetch.policy != "none" and len(names) > 2 and names[1] == "dram":
+                self.prefetch_cfg = tiers_config.prefetch
+                self.prefetch_chunk_blocks = max(1, tiers_config.prefetch.chunk_tokens // block_tokens)
+            self.tool_demote = tiers_config.on_tool_call == "demote" and len(names) > 1
+            self.return_prefetch = bool(tiers_config.prefetch_before_return) and len(names) > 1
+            self.return_lead_s = float(tiers_config.return_lead_s)
+        #: True when some waiting requests may not be schedulable yet (prefetch stop rules, own
+        #: return prefetch in flight): admission then skips them instead of taking the head.
+        self.holds = self.prefetch_cfg is not None or self.return_prefetch
         self.process = env.process(self._loop())
 
     # --- interface for the router ----------------------------------------------------------
     def submit(self, request: LLMRequest) -> None:
         request.instance = self.instance_id
         self.waiting.append(request)
+        if self.prefetch_cfg is not None:
+            self._start_prefetch(request)
         if not self._wakeup.triggered:
             self._wakeup.succeed()
 
@@ -141,6 +194,9 @@ class ServingInstance:
 
     # --- scheduling ---------------------------------------------------------------------------
     def _admit(self) -> None:
+        if self.holds:
+            self._admit_with_holds()
+            return
         cache = self.cache
         now = self.env.now
         block_tokens = self.block_tokens
@@ -170,6 +226,170 @@ class ServingInstance:
             req.hit_tokens = hit_tokens
             req.admitted_s = now
             self.running.append(_Running(req, match.node, cached, need, hit_tokens))
+
+    def _admit_with_holds(self) -> None:
+        """Tiered admission when some waiting requests are held (prefetch stop rule, return
+        prefetch): FCFS among the ready ones, skipping held ones."""
+        cache = self.cache
+        now = self.env.now
+        block_tokens = self.block_tokens
+        waiting = self.waiting
+        i = 0
+        while i < len(waiting) and len(self.running) < self.max_batch:
+            req = waiting[i]
+            if not self._ready(req, now):
+                i += 1
+                continue
+            total_blocks = -(-(req.prompt_tokens + req.output_tokens) // block_tokens)
+            if total_blocks > cache.capacity_blocks:
+                del waiting[i]
+                self._end_prefetch(req)
+                req.rejected = True
+                req.finish_s = now
+                self.on_finish(req)
+                continue
+            if not self._admit_tiered(req, total_blocks, now, index=i):
+                break
+
+    def _ready(self, req: LLMRequest, now: float) -> bool:
+        if self._returning and req.agent_id in self._returning:
+            if req.request_id not in self._held_for_return:
+                self._held_for_return.add(req.request_id)
+                self.tier_stats["return_waits"] += 1
+            return False
+        pf = self._prefetches.get(req.request_id)
+        if pf is None or pf.finished:
+            return True
+        policy = self.prefetch_cfg.policy
+        if policy == "best_effort":
+            return True
+        return policy == "timeout" and now >= pf.deadline_s
+
+    def _wake(self) -> None:
+        if not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    # --- prefetch (HiCache L3 -> DRAM) ----------------------------------------------------------
+    def _start_prefetch(self, req: LLMRequest) -> None:
+        cache: TieredCache = self.cache
+        now = self.env.now
+        match = cache.match(req.prompt_keys, now, touch=False)
+        run_blocks = 0
+        deepest = None
+        for node in cache.path(match.node):
+            if node.entries[0] is None and node.entries[1] is None and not node.loading:
+                run_blocks += len(node.keys)
+                deepest = node
+            elif deepest is not None:
+                break   # the L3 run continuing the local (HBM + DRAM) match ends here
+        cfg = self.prefetch_cfg
+        tokens = run_blocks * self.block_tokens
+        if deepest is None or tokens < cfg.threshold_tokens:
+            return
+        pf = _Prefetch(cache.begin_prefetch(deepest), now + cfg.timeout_base_s + cfg.timeout_per_ki_token_s * tokens / 1024)
+        self._prefetches[req.request_id] = pf
+        self.tier_stats["prefetches"] += 1
+        self.tier_stats["prefetch_wanted_blocks"] += run_blocks
+        self.env.process(self._prefetch_run(pf))
+        if cfg.policy == "timeout":
+            self.env.process(self._wake_at(pf.deadline_s))
+
+    def _wake_at(self, at_s: float):
+        yield self.env.timeout(max(0.0, at_s - self.env.now))
+        self._wake()
+
+    def _prefetch_run(self, pf: "_Prefetch"):
+        """Stage the pinned path's L3-only blocks into DRAM, one chunk at a time, until done or
+        stopped (a chunk still in flight when the request is scheduled is discarded)."""
+        cache: TieredCache = self.cache
+        env = self.env
+        chunk = self.prefetch_chunk_blocks
+        while not pf.stopped:
+            nxt = cache.next_to_stage(pf.pin)
+            if nxt is None or nxt[1] is None:
+                break
+            node, src = nxt
+            first_block = node.start_block
+            n = min(len(node.keys), chunk)
+            name = cache.tiers[src].name
+            for link in self.links.load_path(name)[:-1]:   # into DRAM: every hop but the last (h2d)
+                yield link.transfer(n * self.block_bytes)
+            if pf.stopped:
+                break
+            # Stage the arrived blocks [first_block, first_block + n) (others may have split the
+            # nodes meanwhile: the block range, not the node, is what arrived).
+            staged_any = False
+            while True:
+                nxt = cache.next_to_stage(pf.pin)
+                if nxt is None or nxt[0].start_block >= first_block + n:
+                    break
+                take = min(len(nxt[0].keys), first_block + n - nxt[0].start_block)
+                staged = cache.stage_prefetched(pf.pin, nxt[0], take, env.now)
+                if not staged:
+                    break
+                staged_any = True
+                pf.staged[name] = pf.staged.get(name, 0) + staged
+                self.tier_stats["prefetch_staged_blocks"] += staged
+            if not staged_any:
+                break   # DRAM had no room: stop here
+        pf.finished = True
+        self._wake()
+
+    def _end_prefetch(self, req: LLMRequest) -> "_Prefetch | None":
+        pf = self._prefetches.pop(req.request_id, None) if self._prefetches else None
+        if pf is not None:
+            pf.stopped = True
+            self.cache.end_prefetch(pf.pin)
+        return pf
+
+    # --- tool-gap movement ----------------------------------------------------------------------
+    def _tool_gap(self, req: LLMRequest, node) -> None:
+        """The agent pauses for ``req.next_gap_s``: swap its private KV out, schedule the return."""
+        gap = req.next_gap_s
+        now = self.env.now
+        if self.tool_demote and not (self.return_prefetch and gap <= self.return_lead_s):
+            self.tier_stats["tool_demoted_blocks"] += self.cache.swap_out_path(node, now)
+        if self.return_prefetch and gap == gap:
+            self.env.process(self._return_prefetch(req.agent_id, req.total_keys, max(0.0, gap - self.return_lead_s)))
+
+    def _return_prefetch(self, agent_id: int, keys: list[int], delay_s: float):
+        """Load the agent's below-HBM KV back into HBM ``delay_s`` from now (before its return)."""
+        env = self.env
+        if delay_s > 0:
+            yield env.timeout(delay_s)
+        cache: TieredCache = self.cache
+        now = env.now
+        match = cache.match(keys, now, touch=False)
+        hbm_node, hbm_blocks = cache.hbm_prefix(match.node)
+        if match.hit_blocks <= hbm_blocks:
+            return
+        segments = self._segments(hbm_node, match.node)
+        if not segments or segments[0][0] is None:
+            return
+        deepest = segments[-1][2]
+        n_blocks = cache.begin_load(deepest)
+        cache.pin(deepest)
+        if not cache.reserve(n_blocks, now):
+            cache.unpin(deepest)
+            cache.cancel_load(deepest)
+            self.tier_stats["return_prefetch_failed"] += 1
+            return
+        self._returning[agent_id] = self._returning.get(agent_id, 0) + 1
+        self.tier_stats["return_prefetches"] += 1
+        procs = [env.process(self._load_path(cache.tiers[src].name, blocks * self.block_bytes))
+                 for src, blocks, _ in segments]
+        yield simpy.AllOf(env, procs)
+        cache.finish_load(deepest, n_blocks, env.now)
+        cache.unpin(deepest)
+        self.tier_stats["return_prefetched_blocks"] += n_blocks
+        left = self._returning[agent_id] - 1
+        if left:
+            self._returning[agent_id] = left
+        else:
+            del self._returning[agent_id]
+        if self.check_invariants:
+            cache.check_invariants()
+        self._wake()
 
     # --- memory hierarchy ---------------------------------------------------------------------
     def _on_cache_transfer(self, src: str, dst: str, n_blocks: int) -> None:
@@ -202,13 +422,20 @@ class ServingInstance:
     def _load_estimate_s(self, tier_name: str, n_blocks: int) -> float:
         return sum(link.estimate_s(n_blocks * self.block_bytes) for link in self.links.load_path(tier_name))
 
-    def _admit_tiered(self, req: LLMRequest, total_blocks: int, now: float) -> bool:
+    def _admit_tiered(self, req: LLMRequest, total_blocks: int, now: float, index: int = 0) -> bool:
         cache: TieredCache = self.cache
         cost = self.cost
         bt = self.block_tokens
         match = cache.match(req.prompt_keys, now)
         hbm_node, hbm_blocks = cache.hbm_prefix(match.node)
         segments = self._segments(hbm_node, match.node) if match.hit_blocks > hbm_blocks else []
+        if self.prefetch_cfg is not None:
+            # With a prefetch policy, tiers below DRAM are reached only through prefetch (HiCache):
+            # what did not arrive in DRAM is recomputed.
+            for cut, seg in enumerate(segments):
+                if seg[0] is None or seg[0] >= 2:
+                    segments = segments[:cut]
+                    break
         matched_blocks = hbm_blocks + sum(seg[1] for seg in segments)
         # Peer HBM (same NVLink domain) may hold more of the prompt than this instance has.
         peer_blocks = 0
@@ -247,7 +474,11 @@ class ServingInstance:
             if load_blocks:
                 cache.cancel_load(deepest)
             return False
-        self.waiting.popleft()
+        if index:
+            del self.waiting[index]
+        else:
+            self.waiting.popleft()
+        pf = self._end_prefetch(req) if self.prefetch_cfg is not None else None
         peer_used = peer_blocks if k > len(segments) else 0
         cached = hbm_blocks + load_blocks
         hit_tokens = min((cached + peer_used) * bt, req.prompt_tokens - 1)
@@ -265,6 +496,14 @@ class ServingInstance:
         if peer_used:
             tier_hits["peer_hbm"] = remaining
             jobs.append(("peer_hbm", peer_used))
+        if pf is not None:
+            # Prefetched blocks are served from DRAM but came from a lower tier: count them there.
+            for origin, blocks in pf.staged.items():
+                moved = min(tier_hits.get("dram", 0), blocks * bt)
+                if moved > 0:
+                    tier_hits["dram"] -= moved
+                    tier_hits[origin] = tier_hits.get(origin, 0) + moved
+                    self.tier_stats["prefetch_served_tokens"] += moved
         state = _Running(req, deepest, cached, need - load_blocks, hit_tokens)
         self.running.append(state)
         if jobs:
@@ -310,6 +549,8 @@ class ServingInstance:
             # A tiered cache's HBM policy works on per-tier entries, not tree nodes.
             self.before_unpin(req, node.entries[0] if self.tiered else node)
         self.cache.unpin(node)
+        if (self.tool_demote or self.return_prefetch) and req.next_gap_kind in ("tool", "human") and req.agent_id >= 0:
+            self._tool_gap(req, node)
         req.finish_s = now
         self.on_finish(req)
 

@@ -168,6 +168,7 @@ class Hierarchy:
         rule = self.config.load_rule
         self.load_rule_cls = LOAD_RULES.get(rule.name)
         self.caches = []
+        self.instances = []
 
     def make_cache(self, instance: int, hbm_capacity_blocks: int):
         from agentsim.cache.policies import EVICTION_POLICIES
@@ -187,9 +188,10 @@ class Hierarchy:
 
     def instance_kwargs(self, instance: int) -> dict:
         return {"links": self.topology.links[instance], "load_rule": self.load_rule_cls(),
-                "overlap_layers": self.config.overlap_layers}
+                "overlap_layers": self.config.overlap_layers, "tiers_config": self.config}
 
     def connect_peers(self, instances) -> None:
+        self.instances = list(instances)
         if not self.config.peer_hbm:
             return
         for inst in instances:
@@ -239,6 +241,15 @@ class Hierarchy:
                 entry["loaded_blocks"] += cache.loaded_blocks[tier.index]
         out["tiers"] = tiers
         out["dropped_blocks"] = sum(c.dropped_blocks for c in self.caches)
+        # Prefetch (HiCache stop rules) and tool-gap movement counters, summed over instances.
+        moves: dict = {}
+        for inst in self.instances:
+            for key, value in inst.tier_stats.items():
+                moves[key] = moves.get(key, 0) + value
+        out["prefetch_policy"] = self.config.prefetch.policy
+        out["on_tool_call"] = self.config.on_tool_call
+        out["prefetch_before_return"] = self.config.prefetch_before_return
+        out.update({key: moves[key] for key in sorted(moves)})
         links = {}
         for name in sorted(self.topology.all_links):
             links[name] = self.topology.all_links[name].stats(elapsed_s)

@@ -122,8 +122,9 @@ class PrefetchConfig(Strict):
 
     policy: Literal["none", "best_effort", "wait_complete", "timeout"] = "none"
     threshold_tokens: int = Field(256, ge=0, description="prefetch only if the disk/remote hit is at least this long")
-    timeout_base_s: Seconds = Field(1.0, ge=0)
-    timeout_per_ki_token_s: Seconds = Field(0.25, ge=0)
+    timeout_base_s: Seconds = Field(1.0, ge=0, description="timeout rule: fixed part of the wait limit")
+    timeout_per_ki_token_s: Seconds = Field(0.25, ge=0, description="timeout rule: added per 1024 prefetched tokens")
+    chunk_tokens: int = Field(4096, gt=0, description="prefetch transfer granularity (what arrived is usable chunk by chunk)")
 
 
 class TiersConfig(Strict):
