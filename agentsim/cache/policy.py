@@ -39,6 +39,10 @@ class EvictionPolicy:
     #: True only in ``flat`` tree mode: the policy may return a victim that has children, whose
     #: resident descendants the cache then counts as orphans (policies spec section 1.4).
     allows_orphans: bool = False
+    #: True if :meth:`on_access` does nothing for a node that is not an evictable leaf; the
+    #: cache then notifies only the deepest node of a touched path (its ancestors all have a
+    #: child, the next node of the path). Set by :class:`KeyedLeafPolicy` when exact.
+    access_leaf_only: bool = False
 
     def __init__(self, params: BaseModel | None = None):
         self.params = params if params is not None else (self.Params() if self.Params else None)
@@ -151,6 +155,9 @@ class KeyedLeafPolicy(EvictionPolicy):
         #: True when the cache's leaf rule is exactly :meth:`RadixCache.is_evictable`, which
         #: the hot paths below then inline (they run for every node of every touched path).
         self._plain_leaf_rule = type(cache).is_evictable is RadixCache.is_evictable
+        cls = type(self)
+        self.access_leaf_only = (self._plain_leaf_rule and cls.on_access is KeyedLeafPolicy.on_access
+                                 and cls._push_if_evictable is KeyedLeafPolicy._push_if_evictable)
 
     def _push_if_evictable(self, node: "Node") -> None:
         if self._plain_leaf_rule:

@@ -173,6 +173,18 @@ class RadixCache:
         return self._split(node, offset)
 
     def _touch_path(self, node: Node, now_s: float, hit: bool) -> None:
+        if self.policy.access_leaf_only:
+            # The policy only acts on evictable leaves, and every ancestor on the path has a
+            # child: stamp the path, notify its deepest node (after stamping it, as below).
+            deepest = node
+            while node.parent is not None:
+                node.last_access_s = now_s
+                if hit:
+                    node.hit_count += 1
+                node = node.parent
+            if deepest.parent is not None:
+                self.policy.on_access(deepest, now_s, hit)
+            return
         on_access = self.policy.on_access
         while node.parent is not None:
             node.last_access_s = now_s
