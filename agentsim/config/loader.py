@@ -141,8 +141,9 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             nxt = node.get(part)
             if nxt is None:
                 nxt = node[part] = {}
-            elif isinstance(nxt, str) and depth == len(parts) - 2:
-                # Policy shorthand (`eviction: lru`) is the mapping {name: lru}.
+            elif isinstance(nxt, str):
+                # Policy shorthand (`eviction: lru`) is the mapping {name: lru}, at any depth
+                # (`--set cache.eviction.params.ttl_s=60` on `eviction: ttl_expiry`).
                 nxt = node[part] = {"name": nxt}
             elif not isinstance(nxt, (dict, list)):
                 raise InputError(f"{'.'.join(parts[:depth + 1])} is a value, not a section", "--set")

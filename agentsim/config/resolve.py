@@ -34,6 +34,9 @@ def resolve_profiles(data: dict, source: str, lines: dict) -> dict:
         if not isinstance(block, dict) or not block.get("profile"):
             continue
         name = block["profile"]
+        if not isinstance(name, str):
+            raise InputError(f"{section}.profile must be a profile name, got {name!r}", source,
+                             _line(lines, (section, "profile")))
         catalogue = load_catalogue(catalogue_name)
         if name not in catalogue:
             import difflib
