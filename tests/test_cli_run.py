@@ -128,3 +128,13 @@ def test_validate_schema_policies(tmp_path):
     assert "lru" in names
     proc = run_cli("--help")
     assert proc.returncode == 0 and "run" in proc.stdout
+
+
+def test_switching_policy_by_name_drops_the_old_policys_params():
+    from agentsim.config.loader import load_scenario
+
+    path = ROOT / "scenarios" / "ttl-capacity-bound.yaml"
+    scenario = load_scenario(path, ["cache.eviction.name=lru"])
+    assert scenario.cache.eviction.name == "lru" and scenario.cache.eviction.params == {}
+    kept = load_scenario(path, ["cache.eviction.params.ttl_s=60"])
+    assert kept.cache.eviction.name == "ttl_expiry" and kept.cache.eviction.params["ttl_s"] == 60

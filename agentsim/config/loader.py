@@ -154,6 +154,11 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             except (ValueError, IndexError):
                 raise InputError(f"no list item {parts[-1]!r} in {'.'.join(parts[:-1])}", "--set") from None
         else:
+            if (parts[-1] == "name" and isinstance(node.get("params"), dict)
+                    and node.get("name") not in (None, value)):
+                # Parameters belong to the policy they were written for: switching the policy
+                # by name (a --set or a sweep axis) starts from the new policy's defaults.
+                del node["params"]
             node[parts[-1]] = value
     return data
 
