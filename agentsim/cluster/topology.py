@@ -96,37 +96,64 @@ def place(n_instances: int, gpus_per_instance: int, gpus_per_tray: int, domain_g
     return out
 
 
+#: ``cache.tiers.links`` endpoints -> the link they name (see :class:`InstanceLinks`).
+LINK_BY_ENDPOINTS = {("dram", "hbm"): "h2d", ("hbm", "dram"): "d2h", ("disk", "dram"): "nvme_read",
+                     ("dram", "disk"): "nvme_write", ("remote", "dram"): "store", ("dram", "remote"): "store",
+                     ("peer_hbm", "hbm"): "nvlink_in"}
+
+
+def link_overrides(tiers) -> dict[str, tuple[float | None, float | None]]:
+    """{link role: (bandwidth, latency)} from ``cache.tiers.links`` (links to disabled tiers skipped)."""
+    out: dict[str, tuple[float | None, float | None]] = {}
+    if tiers is None:
+        return out
+    for link in tiers.links:
+        ends = (link.from_tier, link.to_tier)
+        if any(getattr(tiers, end, None) is not None and not getattr(tiers, end).enabled for end in ends):
+            continue
+        role = LINK_BY_ENDPOINTS[ends]
+        bw, lat = out.get(role, (None, None))
+        out[role] = (link.bandwidth_bytes_per_s if link.bandwidth_bytes_per_s is not None else bw,
+                     link.latency_s if link.latency_s is not None else lat)
+    return out
+
+
 def build_topology(env: simpy.Environment, scenario) -> Topology:
     hw = scenario.hardware
     g = hw.gpus_per_instance
     placements = place(hw.instances, g, hw.gpus_per_tray, hw.nvlink_domain_gpus)
     tiers = scenario.cache.tiers
     remote_cfg = tiers.remote if tiers is not None and tiers.remote is not None and tiers.remote.enabled else None
+    overrides = link_overrides(tiers)
     all_links: dict[str, Link] = {}
 
     def add(link: Link) -> Link:
         all_links[link.name] = link
         return link
 
+    def make(role: str, name: str, bandwidth: float, latency: float, kind: str) -> Link:
+        bw, lat = overrides.get(role, (None, None))
+        return add(Link(env, name, bw if bw is not None else bandwidth, lat if lat is not None else latency, kind))
+
     store = None
     if remote_cfg is not None:
-        store = add(Link(env, "remote_store", remote_cfg.bandwidth_bytes_per_s or 400e9,
-                         remote_cfg.latency_s if remote_cfg.latency_s is not None else hw.rdma_latency_s, "network"))
+        store = make("store", "remote_store", remote_cfg.bandwidth_bytes_per_s or 400e9,
+                     remote_cfg.latency_s if remote_cfg.latency_s is not None else hw.rdma_latency_s, "network")
     trays: dict[int, tuple[Link, Link]] = {}
     links = []
     for p in placements:
         if p.tray not in trays and hw.nvme_drives_per_tray > 0:
             drives = hw.nvme_drives_per_tray
             trays[p.tray] = (
-                add(Link(env, f"tray{p.tray}.nvme_read", drives * hw.nvme_read_bytes_per_s_per_drive, hw.nvme_latency_s, "nvme")),
-                add(Link(env, f"tray{p.tray}.nvme_write", drives * hw.nvme_write_bytes_per_s_per_drive, hw.nvme_latency_s, "nvme")),
+                make("nvme_read", f"tray{p.tray}.nvme_read", drives * hw.nvme_read_bytes_per_s_per_drive, hw.nvme_latency_s, "nvme"),
+                make("nvme_write", f"tray{p.tray}.nvme_write", drives * hw.nvme_write_bytes_per_s_per_drive, hw.nvme_latency_s, "nvme"),
             )
         nvme = trays.get(p.tray, (None, None))
         i = p.instance
         links.append(InstanceLinks(
-            h2d=add(Link(env, f"inst{i}.c2c_h2d", g * hw.h2d_bytes_per_s, hw.transfer_setup_s, "nvlink_c2c")),
-            d2h=add(Link(env, f"inst{i}.c2c_d2h", g * hw.d2h_bytes_per_s, hw.transfer_setup_s, "nvlink_c2c")),
-            nvlink_in=add(Link(env, f"inst{i}.nvlink_in", g * hw.nvlink_bytes_per_s, hw.nvlink_latency_s, "nvlink")),
+            h2d=make("h2d", f"inst{i}.c2c_h2d", g * hw.h2d_bytes_per_s, hw.transfer_setup_s, "nvlink_c2c"),
+            d2h=make("d2h", f"inst{i}.c2c_d2h", g * hw.d2h_bytes_per_s, hw.transfer_setup_s, "nvlink_c2c"),
+            nvlink_in=make("nvlink_in", f"inst{i}.nvlink_in", g * hw.nvlink_bytes_per_s, hw.nvlink_latency_s, "nvlink"),
             nic=add(Link(env, f"inst{i}.nic", g * hw.nic_bytes_per_s, hw.rdma_latency_s, "network")),
             nvme_read=nvme[0], nvme_write=nvme[1], store=store,
         ))
@@ -148,6 +175,79 @@ def tier_capacity_bytes(scenario, name: str, tier_cfg, topology: Topology, insta
 
 
 TIER_NAMES = ("hbm", "peer_hbm", "dram", "disk", "remote")
+LOWER_TIERS = ("dram", "disk", "remote")
+
+
+def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
+    """The first mistake in ``cache.tiers`` that pydantic cannot see alone (it needs the
+    hardware, the model or several fields together), as (message, YAML path); None if fine.
+    The scenario loader turns it into an InputError with the file and line."""
+    tiers = scenario.cache.tiers
+    if tiers is None:
+        return None
+    base = ("cache", "tiers")
+    hw = scenario.hardware
+    if tiers.order is not None:
+        order = list(tiers.order)
+        shown = "[" + ", ".join(order) + "]"
+        for index, name in enumerate(order):
+            if order.index(name) != index:
+                return f"tier {name!r} is listed twice in order {shown}", base + ("order", index)
+            if getattr(tiers, name) is None:
+                return f"order {shown} names tier {name!r}, which is not configured under cache.tiers", base + ("order", index)
+        for name in LOWER_TIERS:
+            cfg = getattr(tiers, name)
+            if cfg is not None and cfg.enabled and name not in order:
+                return f"tier {name!r} is configured but missing from order {shown}", base + ("order",)
+        if "dram" in order and order[0] != "dram":
+            return (f"tiers in the wrong order {shown}: dram must be the first tier below HBM "
+                    f"(disk and remote hits are staged through DRAM); e.g. [dram, {order[0]}]"), base + ("order",)
+    block_bytes = scenario.cache.block_tokens * scenario.model.kv_bytes_per_token
+    placements = place(hw.instances, hw.gpus_per_instance, hw.gpus_per_tray, hw.nvlink_domain_gpus)
+    shape = Topology(placements, [])
+    for name, cfg in tiers.enabled_tiers():
+        if name != "remote":
+            for key in ("bandwidth_bytes_per_s", "latency_s"):
+                if getattr(cfg, key) is not None:
+                    return (f"{key} applies to the remote tier only; set the {name} tier's links with "
+                            f"cache.tiers.links or the hardware section"), base + (name, key)
+        if name == "remote" and cfg.capacity_bytes is None:
+            return ("the remote tier needs capacity_bytes (a remote store's size is not part of the hardware "
+                    "profile)"), base + (name, "capacity_bytes")
+        if name == "disk" and hw.nvme_drives_per_tray == 0:
+            return "a disk tier needs local NVMe drives, but hardware.nvme_drives_per_tray is 0", base + (name,)
+        capacity = min(tier_capacity_bytes(scenario, name, cfg, shape, p.instance) for p in placements)
+        if capacity < block_bytes:
+            key = "capacity_bytes" if cfg.capacity_bytes is not None else "capacity_fraction"
+            return (f"the {name} tier holds less than one KV block per instance ({capacity / 1e6:.3g} MB < "
+                    f"{block_bytes / 1e6:.3g} MB)"), base + (name, key)
+    enabled = [name for name, _ in tiers.enabled_tiers()]
+    if tiers.prefetch.policy != "none" and (len(enabled) < 2 or enabled[0] != "dram"):
+        return (f"prefetch policy {tiers.prefetch.policy!r} stages disk/remote hits into DRAM: it needs an enabled "
+                f"dram tier and a tier below it (enabled: {', '.join(enabled) or 'none'})"), base + ("prefetch", "policy")
+    if tiers.on_tool_call == "demote" and not enabled:
+        return "on_tool_call: demote needs an enabled tier below HBM to demote to", base + ("on_tool_call",)
+    if tiers.prefetch_before_return and not enabled:
+        return "prefetch_before_return needs an enabled tier below HBM", base + ("prefetch_before_return",)
+    known = ", ".join(f"{a}->{b}" for a, b in LINK_BY_ENDPOINTS)
+    for index, link in enumerate(tiers.links):
+        for key, name in (("from", link.from_tier), ("to", link.to_tier)):
+            if name not in TIER_NAMES:
+                import difflib
+
+                close = difflib.get_close_matches(str(name), TIER_NAMES, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                return (f"a link joins unknown tier {name!r}{hint}; tiers: {', '.join(TIER_NAMES)}",
+                        base + ("links", index, key))
+            if name in LOWER_TIERS and getattr(tiers, name) is None:
+                return f"a link joins tier {name!r}, which is not configured under cache.tiers", base + ("links", index, key)
+            if name == "peer_hbm" and not tiers.peer_hbm:
+                return "a link joins peer_hbm, but cache.tiers.peer_hbm is false", base + ("links", index, key)
+        if (link.from_tier, link.to_tier) not in LINK_BY_ENDPOINTS:
+            return f"no link goes from {link.from_tier} to {link.to_tier}; links: {known}", base + ("links", index)
+        if link.bandwidth_bytes_per_s is None and link.latency_s is None:
+            return "a link override needs bandwidth_bytes_per_s or latency_s", base + ("links", index)
+    return None
 
 
 class Hierarchy:

@@ -90,6 +90,19 @@ def check_components(scenario, source: str, lines: dict) -> None:
         rule = tiers.load_rule
         check_registered(LOAD_RULES, rule.name, rule.params, ("cache", "tiers", "load_rule", "name"),
                          ("cache", "tiers", "load_rule", "params"), source, lines)
+        # Cross-field and hardware-dependent tier mistakes (order, links, capacities, prefetch).
+        from agentsim.cluster.topology import tiers_config_problem
+
+        problem = tiers_config_problem(scenario)
+        if problem is not None:
+            from agentsim.config.loader import format_path
+
+            message, path = problem
+            probe = path
+            while probe and probe not in lines:
+                probe = probe[:-1]
+            where = f"line {lines[probe]}: {format_path(path)}" if probe else format_path(path)
+            raise InputError(message, source, where)
     serving = scenario.serving
     check_registered(ROUTERS, serving.router, serving.router_params, ("serving", "router"),
                      ("serving", "router_params"), source, lines)

@@ -127,6 +127,26 @@ class PrefetchConfig(Strict):
     chunk_tokens: int = Field(4096, gt=0, description="prefetch transfer granularity (what arrived is usable chunk by chunk)")
 
 
+LINK_ENDPOINTS = ("hbm", "peer_hbm", "dram", "disk", "remote")
+
+
+class LinkOverride(BaseModel):
+    """Bandwidth/latency of the link joining two tiers, overriding the hardware-derived value.
+
+    Links by endpoints: ``dram -> hbm`` (C2C host-to-device, per instance), ``hbm -> dram``
+    (device-to-host), ``disk -> dram`` / ``dram -> disk`` (the tray's NVMe read / write),
+    ``remote -> dram`` / ``dram -> remote`` (the shared remote-store link), ``peer_hbm -> hbm``
+    (NVLink ingress, per instance). The bandwidth is the link's total as built (per instance,
+    per tray or shared, as listed)."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True, populate_by_name=True)
+
+    from_tier: str = Field(alias="from", description="tier the data leaves (hbm, peer_hbm, dram, disk, remote)")
+    to_tier: str = Field(alias="to", description="tier the data enters")
+    bandwidth_bytes_per_s: BytesPerSecond | None = Field(None, gt=0, description="the link's bandwidth")
+    latency_s: Seconds | None = Field(None, ge=0, description="per-transfer setup latency")
+
+
 class TiersConfig(Strict):
     """The memory hierarchy below HBM, and how hits in it are used."""
 
@@ -141,11 +161,15 @@ class TiersConfig(Strict):
     on_tool_call: Literal["keep", "demote"] = Field("keep", description="when an agent starts a tool call: keep its KV in HBM or demote it to the next tier")
     prefetch_before_return: bool = Field(False, description="bring a demoted session's KV back to HBM before its predicted return")
     return_lead_s: Seconds = Field(0.5, ge=0, description="start that prefetch this long before the predicted return")
+    order: list[Literal["dram", "disk", "remote"]] | None = Field(
+        None, description="lower tiers top to bottom (default dram, disk, remote); dram, if present, comes first; "
+                          "e.g. [dram, remote, disk] puts a fast remote store above local NVMe")
+    links: list[LinkOverride] = Field(default_factory=list, description="bandwidth/latency overrides of links between tiers")
 
     def enabled_tiers(self) -> list[tuple[str, TierConfig]]:
-        """Enabled lower tiers, top to bottom."""
+        """Enabled lower tiers, top to bottom (``order`` if given; disabled tiers skipped)."""
         out = []
-        for name in ("dram", "disk", "remote"):
+        for name in (self.order or ("dram", "disk", "remote")):
             tier = getattr(self, name)
             if tier is not None and tier.enabled:
                 out.append((name, tier))
