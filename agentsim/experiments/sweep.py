@@ -222,7 +222,7 @@ def _flatten(summary: dict, prefix: str = "") -> dict:
     return out
 
 
-BOOKKEEPING = {"cell_index", "seed", *WALL_CLOCK_KEYS}
+BOOKKEEPING = {"cell_index", "seed", "complete", *WALL_CLOCK_KEYS}  # complete: run-status flag, not a metric
 
 
 @dataclass
