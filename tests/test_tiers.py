@@ -124,3 +124,27 @@ def test_every_registered_policy_works_per_tier(name):
         hits += serve(cache, keys, float(step))["loaded"]
     assert hits > 0
     assert cache.tiers[1].evicted_blocks > 0
+
+
+def test_a_request_recomputing_blocks_that_are_being_loaded_does_not_unbalance_the_load_pins():
+    """A second request sharing a prefix that is in flight from DRAM recomputes it and commits
+    it into HBM before the load arrives: the load must release only the copies it pinned."""
+    cache, _ = make(hbm=100, dram=100)
+    a = seq(0, 20)
+    serve(cache, a, 1.0)
+    cache.demote_path(cache.match(a, 2.0, touch=False).node, 2.0)
+    deepest = cache.match(a, 3.0).node
+    n = cache.begin_load(deepest)
+    cache.pin(deepest)
+    assert n == 20 and cache.reserve(n, 3.0)
+    other = cache.match(a, 3.5)
+    hbm_node, _ = cache.hbm_prefix(other.node)
+    cache.pin(hbm_node)
+    assert cache.reserve(20, 3.5)
+    cache.unpin(cache.commit(hbm_node, a, 0, 20, 3.5))
+    by_source = cache.finish_load(deepest, n, 4.0)
+    cache.unpin(deepest)
+    cache.check_invariants()
+    assert by_source == {}                       # nothing left to arrive: the blocks were recomputed
+    assert all(e is None or e.io_ref == 0 for node in cache.iter_nodes() for e in node.entries)
+    assert cache.hbm.reserved_blocks == 0 and cache.hbm.resident_blocks == 20

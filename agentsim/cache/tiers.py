@@ -46,12 +46,15 @@ HBM = 0
 class TNode(Node):
     """A tree node with per-tier residency: ``entries[t]`` is its entry in tier t or None."""
 
-    __slots__ = ("entries", "loading")
+    __slots__ = ("entries", "loading", "load_tiers")
 
     def __init__(self, node_id, parent, keys, start_block, now_s, n_tiers):
         super().__init__(node_id, parent, keys, start_block, now_s)
         self.entries: list[TierEntry | None] = [None] * n_tiers
         self.loading = 0  # in-flight loads towards HBM through this node
+        # Tiers whose copies each in-flight load pinned (one tuple per load): copies made during
+        # the load (a concurrent request recomputing the blocks into HBM) are not its to unpin.
+        self.load_tiers: list[tuple] | None = None
 
     @property
     def hbm(self) -> bool:
@@ -265,6 +268,8 @@ class TieredCache:
         upper.last_access_s = node.last_access_s
         upper.hit_count = node.hit_count
         upper.loading = node.loading
+        if node.load_tiers:
+            upper.load_tiers = list(node.load_tiers)
         node.keys = node.keys[offset:]
         node.start_block += offset
         parent.children[upper.keys[0]] = upper
@@ -595,12 +600,31 @@ class TieredCache:
         node = deepest
         while node.parent is not None and node.entries[0] is None:
             node.loading += 1
-            for entry in node.entries:
-                if entry is not None:
-                    entry.io_ref += 1
+            pinned = tuple(t for t, entry in enumerate(node.entries) if entry is not None)
+            for t in pinned:
+                node.entries[t].io_ref += 1
+            if node.load_tiers is None:
+                node.load_tiers = [pinned]
+            else:
+                node.load_tiers.append(pinned)
             blocks += len(node.keys)
             node = node.parent
         return blocks
+
+    @staticmethod
+    def _load_pins(node: TNode, newest: bool = False) -> list[TierEntry]:
+        """Pop the oldest (or newest) in-flight load's pinned copies of ``node`` (see
+        :meth:`begin_load`)."""
+        tiers = node.load_tiers.pop(-1 if newest else 0) if node.load_tiers else ()
+        if not node.load_tiers:
+            node.load_tiers = None
+        out = []
+        for t in tiers:
+            entry = node.entries[t]
+            if entry is None:
+                raise InvariantViolation(f"load-pinned copy of {node!r} in tier {t} disappeared")
+            out.append(entry)
+        return out
 
     def cancel_load(self, deepest: TNode) -> None:
         """Undo :meth:`begin_load` (the request could not get HBM room)."""
@@ -608,7 +632,7 @@ class TieredCache:
         node = deepest
         while node.parent is not None and node.loading > 0 and node.entries[0] is None:
             node.loading -= 1
-            released.extend(entry for entry in node.entries if entry is not None)
+            released.extend(self._load_pins(node, newest=True))
             node = node.parent
         self._release_io(released)
 
@@ -623,7 +647,7 @@ class TieredCache:
         released = []
         while node.parent is not None and node.loading > 0:
             node.loading -= 1
-            released.extend(entry for entry in node.entries if entry is not None)
+            released.extend(self._load_pins(node))
             if node.entries[0] is None:
                 arrived.append(node)
             node = node.parent
