@@ -65,13 +65,18 @@ def simulation_rates(scenario_path: Path) -> dict:
 
 
 def open_loop_rate(capacity_blocks: int = OPEN_LOOP_CAPACITY_BLOCKS) -> dict:
-    """Mooncake open-loop on the default one-instance replay scenario; wall includes loading."""
+    """Mooncake open-loop on the default one-instance replay scenario.
+
+    ``rate`` is the run's own ``simulated_requests_per_wall_s`` (requests over the wall time of
+    the event loop, as ``summary.json`` reports it); ``call_s`` is the whole replay call (trace
+    reading, the run, the request table and the post-run diagnostics, e.g. Belady headroom)."""
     from agentsim.replay.timed import run_timed_replay
 
     start = time.perf_counter()
     result = run_timed_replay(MOONCAKE, mode="open-loop", capacity_blocks=capacity_blocks)
-    wall = time.perf_counter() - start
-    return {"requests": result.summary["requests"], "wall_s": wall}
+    call_s = time.perf_counter() - start
+    return {"requests": result.summary["requests"], "rate": result.summary["simulated_requests_per_wall_s"],
+            "loop_s": result.summary["wall_s"], "call_s": call_s}
 
 
 def rows(repeat: int = 3) -> list[Row]:
@@ -85,10 +90,13 @@ def rows(repeat: int = 3) -> list[Row]:
             best = rates
     out = [Row("timed sim events/s vs bare SimPy timeouts/s", f"{best['events_per_s']:,.0f}/s",
                f"{bare:,.0f}/s", best["events_per_s"] / bare, (">=", 0.25))]
-    wall, run = best_time(open_loop_rate, repeat)
-    rps = run["requests"] / wall
-    out.append(Row("Mooncake open-loop 1 instance, sim req per wall s", f"{rps:,.0f}/s ({wall:.2f} s)",
-                   f"{OPEN_LOOP_TARGET_RPS:,.0f}/s (bar)", rps / OPEN_LOOP_TARGET_RPS, (">=", 1.0)))
+    runs = [open_loop_rate() for _ in range(max(1, repeat))]
+    best = max(runs, key=lambda r: r["rate"])
+    call_s = min(r["call_s"] for r in runs)
+    out.append(Row("Mooncake open-loop 1 instance, sim req per wall s", f"{best['rate']:,.0f}/s",
+                   f"{OPEN_LOOP_TARGET_RPS:,.0f}/s (bar)", best["rate"] / OPEN_LOOP_TARGET_RPS, (">=", 1.0),
+                   f"{best['requests']:,} requests, event loop {best['loop_s']:.2f} s; whole replay call "
+                   f"{call_s:.2f} s ({best['requests'] / call_s:,.0f} req/s incl. trace reading and diagnostics)"))
     return out
 
 
