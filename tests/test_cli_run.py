@@ -138,3 +138,12 @@ def test_switching_policy_by_name_drops_the_old_policys_params():
     assert scenario.cache.eviction.name == "lru" and scenario.cache.eviction.params == {}
     kept = load_scenario(path, ["cache.eviction.params.ttl_s=60"])
     assert kept.cache.eviction.name == "ttl_expiry" and kept.cache.eviction.params["ttl_s"] == 60
+
+
+def test_a_run_that_finishes_no_request_still_writes_a_summary(tmp_path):
+    out = tmp_path / "empty"
+    proc = run_cli("run", str(ROOT / "scenarios" / "coding-agents.yaml"), "--out", str(out), "--quiet",
+                   "--set", "duration_s=1ms", "--set", "workload.agent_classes.coding.arrival.ramp_s=1h")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"] == 0 and summary["hit_ratio"] is None

@@ -48,7 +48,7 @@ def recompute_by_gap(requests: pd.DataFrame) -> dict[str, int]:
 
 def summarize_requests(requests: pd.DataFrame, warmup_s: float) -> dict:
     measured = requests[requests.arrival_s >= warmup_s]
-    done = measured[~measured.rejected]
+    done = measured[~measured.rejected.astype(bool)]
     prompt = int(done.prompt_tokens.sum())
     hit = int(done.hit_tokens.sum())
     summary = {
