@@ -43,6 +43,9 @@ class EvictionPolicy:
     #: cache then notifies only the deepest node of a touched path (its ancestors all have a
     #: child, the next node of the path). Set by :class:`KeyedLeafPolicy` when exact.
     access_leaf_only: bool = False
+    #: True if :meth:`on_access` does nothing for a node its cache's ``is_evictable`` rejects
+    #: (a tiered cache then skips entries whose next node on the path is in the same tier).
+    access_evictable_only: bool = False
 
     def __init__(self, params: BaseModel | None = None):
         self.params = params if params is not None else (self.Params() if self.Params else None)
@@ -156,8 +159,9 @@ class KeyedLeafPolicy(EvictionPolicy):
         #: the hot paths below then inline (they run for every node of every touched path).
         self._plain_leaf_rule = type(cache).is_evictable is RadixCache.is_evictable
         cls = type(self)
-        self.access_leaf_only = (self._plain_leaf_rule and cls.on_access is KeyedLeafPolicy.on_access
-                                 and cls._push_if_evictable is KeyedLeafPolicy._push_if_evictable)
+        self.access_evictable_only = (cls.on_access is KeyedLeafPolicy.on_access
+                                      and cls._push_if_evictable is KeyedLeafPolicy._push_if_evictable)
+        self.access_leaf_only = self._plain_leaf_rule and self.access_evictable_only
 
     def _push_if_evictable(self, node: "Node") -> None:
         if self._plain_leaf_rule:

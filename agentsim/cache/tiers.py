@@ -376,15 +376,22 @@ class TieredCache:
         tiers = self.tiers
         selective = hit and any(t.write_policy == "write_through_selective" for t in tiers[1:])
         touched = [] if selective else None
+        # A policy that acts only on evictable entries ignores an entry whose next node down
+        # the path is in the same tier (Tier.is_evictable: no child resident in the tier).
+        skip = [tier.policy.access_evictable_only for tier in tiers]
+        below = None
         while node.parent is not None:
             node.last_access_s = now_s
             if hit:
                 node.hit_count += 1
             for t, entry in enumerate(node.entries):
                 if entry is not None:
+                    if skip[t] and below is not None and below.entries[t] is not None:
+                        continue
                     tiers[t].policy.on_access(entry, now_s, hit)
             if touched is not None:
                 touched.append(node)
+            below = node
             node = node.parent
         if touched:
             for node in reversed(touched):  # root first: keeps write-through tiers prefix-closed
