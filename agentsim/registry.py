@@ -32,6 +32,10 @@ class Registry(Generic[T]):
 
         return decorator
 
+    def unregister(self, name: str) -> None:
+        """Remove a registration (for tests that register a throw-away class)."""
+        self._classes.pop(name, None)
+
     def names(self) -> list[str]:
         return sorted(self._classes)
 

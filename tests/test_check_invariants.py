@@ -34,12 +34,20 @@ if {FAULTY!r} not in EVICTION_POLICIES:
                     return node
             return super().pop_victim(now_s)
 '''
-exec(FAULTY_POLICY_SOURCE)
+
+
+@pytest.fixture
+def faulty_policy():
+    """Registers the broken policy for one test only: tests that iterate over every registered
+    policy must never see it."""
+    exec(FAULTY_POLICY_SOURCE, {})
+    yield FAULTY
+    EVICTION_POLICIES.unregister(FAULTY)
 
 TIGHT = ["hardware.kv_capacity_bytes=1GB", "duration_s=2m", "run.check_invariants=true"]
 
 
-def test_faulty_policy_violation_names_time_instance_and_event(small_scenario_yaml):
+def test_faulty_policy_violation_names_time_instance_and_event(small_scenario_yaml, faulty_policy):
     scenario = load_scenario(small_scenario_yaml, TIGHT + [f"cache.eviction.name={FAULTY}"])
     with pytest.raises(InvariantViolation) as info:
         run_scenario(scenario)

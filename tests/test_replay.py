@@ -3,7 +3,6 @@ the Mooncake golden numbers, and the ``agentsim replay`` command."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from array import array
 from collections import OrderedDict
@@ -203,12 +202,6 @@ def test_cli_replay_bad_trace_exit_2_one_line(tmp_path):
     proc = run_cli("replay", str(path))
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "line 41" in proc.stderr and "Traceback" not in proc.stderr
-
-
-@pytest.mark.skipif(importlib.util.find_spec("agentsim.replay.timed") is not None, reason="timed replay exists")
-def test_cli_timed_mode_not_available_yet():
-    proc = run_cli("replay", str(FIXTURES / "mooncake_head40.jsonl"), "--mode", "open-loop")
-    assert proc.returncode == 2 and "not available yet" in proc.stderr
 
 
 # --- policy hooks: timers and the future -------------------------------------------------------

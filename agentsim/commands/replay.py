@@ -1,14 +1,13 @@
-"""``agentsim replay TRACE``: replay a real trace (cache-only now; timed modes when available).
+"""``agentsim replay TRACE``: replay a real trace, cache-only or timed.
 
 Cache-only mode prints hit ratios (hit blocks / requested blocks, longest resident prefix;
 ``token_hit_ratio`` is the token-weighted variant) for one eviction policy and capacity. The
-timed modes (``open-loop``, ``closed-loop``) are served by
-``agentsim.replay.timed.run_timed_replay`` once that module exists.
+timed modes (``open-loop``, ``closed-loop``) run the trace through the serving and cache model
+(:func:`agentsim.replay.timed.run_timed_replay`) and also report latencies.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -138,11 +137,7 @@ def _write(out: Path, summary: dict, requests, hits: list[int]) -> None:
 
 def _timed(trace, fmt, mode, policy, capacity_blocks, capacity_fraction, block_size, session_offset, as_json, out,
            scenario=None, overrides=None):
-    """Hand a timed mode to ``agentsim.replay.timed.run_timed_replay`` if it exists."""
-    if importlib.util.find_spec("agentsim.replay.timed") is None:
-        sys.stderr.write(f"error: --mode {mode} is not available yet (only cache-only is); "
-                         "use --mode cache-only\n")
-        raise SystemExit(2)
+    """Run a timed mode through ``agentsim.replay.timed.run_timed_replay``."""
     from agentsim.replay.timed import run_timed_replay
 
     extra = {}
