@@ -9,7 +9,6 @@ import sys
 import pytest
 
 from agentsim.cache.policies import EVICTION_POLICIES
-from agentsim.cache.policies.lru import LRU
 from agentsim.cluster.instance import ServingInstance
 from agentsim.config.loader import load_scenario
 from agentsim.engine.simulation import run_scenario

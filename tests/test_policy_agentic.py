@@ -13,7 +13,6 @@ import pytest
 
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.radix import RadixCache
-from agentsim.errors import InvariantViolation
 
 
 def make(name, capacity, **params):

@@ -77,7 +77,7 @@ def test_reserve_fails_rather_than_exceeding_capacity():
     match = cache.match([1, 2, 3], 0.0)
     cache.pin(match.node)
     assert cache.reserve(3, 0.0)
-    other = cache.match([9, 9], 0.0)
+    cache.match([9, 9], 0.0)
     assert cache.reserve(2, 0.0) is False        # 3 reserved + 2 > 4, nothing evictable
     assert cache.used_blocks == 3
     cache.check_invariants()

@@ -20,7 +20,6 @@ from scipy import stats as scipy_stats
 from agentsim.errors import InputError
 from agentsim.experiments.executors import LocalExecutor
 from agentsim.experiments.spec import baseline_index, expand_cells, load_sweep
-from agentsim.experiments.stats import mean_ci
 from agentsim.experiments.sweep import ScenarioBuilder, run_sweep
 from agentsim.results import WALL_CLOCK_KEYS
 

@@ -4,7 +4,6 @@ the predicted return, so the returning call finds it in HBM without waiting for 
 
 from __future__ import annotations
 
-import pytest
 import simpy
 
 from agentsim.cache.policies import EVICTION_POLICIES

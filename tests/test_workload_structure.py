@@ -2,7 +2,6 @@
 
 import json
 
-import numpy as np
 import pytest
 
 from agentsim.config.loader import scenario_from_dict

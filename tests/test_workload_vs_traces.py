@@ -5,7 +5,6 @@ from ``fits/claude-code.yaml``. Their quantiles must match the empirical quantil
 traces within 10% (p99 within 20%).
 """
 
-from pathlib import Path
 
 import numpy as np
 import pytest
