@@ -21,7 +21,7 @@ from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.router import make_router
 from agentsim.cluster.topology import Hierarchy, load_breakdown
 from agentsim.engine.agents import AgentDriver
-from agentsim.metrics.records import OccupancySample, RequestRecord
+from agentsim.metrics.records import OccupancySample, RequestRecord, record_frame
 from agentsim.metrics.economics import economics_summary
 from agentsim.metrics.summary import summarize_requests
 from agentsim.engine.agentic import AgenticWiring
@@ -281,13 +281,9 @@ class Simulation:
 
     def _result(self, wall_s: float) -> RunResult:
         scenario = self.scenario
-        requests = pd.DataFrame.from_records(
-            [{name: getattr(r, name) for name in RequestRecord.__slots__} for r in self.request_records],
-            columns=list(RequestRecord.__slots__))
+        requests = record_frame(self.request_records, RequestRecord)
         requests = requests.sort_values("request_id", kind="stable").reset_index(drop=True)
-        occupancy = pd.DataFrame.from_records(
-            [{name: getattr(s, name) for name in OccupancySample.__slots__} for s in self.occupancy],
-            columns=list(OccupancySample.__slots__))
+        occupancy = record_frame(self.occupancy, OccupancySample)
         simulated_s = float(self.env.now)
         summary = {"scenario": scenario.name, "seed": scenario.seed, "policy": scenario.cache.eviction.name}
         summary.update(summarize_requests(requests, scenario.run.warmup_s))

@@ -4,6 +4,9 @@ into a long-form pandas DataFrame (one row per record, one column per field)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from operator import attrgetter
+
+import pandas as pd
 
 
 @dataclass(slots=True)
@@ -91,3 +94,18 @@ class LinkSample:
     bytes: float
     busy_s: float
     active_transfers: int
+
+
+def record_frame(records: list, record_type) -> pd.DataFrame:
+    """``records`` (instances of the slotted dataclass ``record_type``) as a DataFrame, one row
+    per record and one column per field, in field order.
+
+    Built column by column (one ``attrgetter`` pass, then a transpose), the same frame as
+    ``DataFrame.from_records`` of one dict per record at a fraction of the cost: a run of 65,000
+    requests spent seconds building those dicts.
+    """
+    names = list(record_type.__slots__)
+    if len(names) < 2 or not records:
+        return pd.DataFrame.from_records([{n: getattr(r, n) for n in names} for r in records], columns=names)
+    columns = zip(*map(attrgetter(*names), records))
+    return pd.DataFrame(dict(zip(names, map(list, columns))), columns=names)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from agentsim.metrics.records import EvictionSample, LinkSample
+from agentsim.metrics.records import EvictionSample, LinkSample, record_frame
 
 _PIN_REASONS = ("pin_timeout", "pressure_unpin")
 
@@ -62,5 +62,4 @@ class TimeSeriesSampler:
 
 
 def _frame(records: list, record_type) -> pd.DataFrame:
-    names = list(record_type.__slots__)
-    return pd.DataFrame.from_records([{name: getattr(r, name) for name in names} for r in records], columns=names)
+    return record_frame(records, record_type)
