@@ -19,7 +19,6 @@ from typing import Annotated, Any, Literal, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from scipy import stats
 
 
 class _Spec(BaseModel):
@@ -242,6 +241,10 @@ class _MixtureSampler(Sampler):
 
 def build(spec: _Spec) -> Sampler:
     """A sampler for a validated spec."""
+    # Imported here: scipy.stats takes ~0.6 s to import and runs that only replay traces or
+    # validate scenarios never build a sampler.
+    from scipy import stats
+
     if isinstance(spec, Constant):
         return _ConstantSampler(spec)
     if isinstance(spec, Exponential):
