@@ -3,9 +3,9 @@
 The scenario is ``scenarios/gb300-nvl72-tiers.yaml`` (18 four-GPU instances, HBM + Grace DRAM +
 NVMe, prefix-affinity routing) with ``concurrent: 1000`` and ``duration_s: 1h``. Targets: at
 most 60 s of wall time and 2 GB peak resident memory (the child process's ``ru_maxrss``), and
-wall time linear in the number of requests: the same rack for 15, 30 and 60 simulated minutes
-(1x, 2x, 4x the requests) must cost about the same wall time per request (4x per-request cost
-<= 1.25x the 1x cost). Each run is its own process so peak memory is that run's alone.
+time linear in the number of requests: the same rack for 15, 30 and 60 simulated minutes
+(1x, 2x, 4x the requests) must cost about the same CPU time per request (per-request cost at
+2x and 4x <= 1.25x the cost at 1x; CPU rather than wall because the machine is shared). Each run is its own process so peak memory is that run's alone.
 
     .venv/bin/python bench/bench_rack.py [--agents 1000] [--skip-scaling]
     .venv/bin/python bench/bench_rack.py --child 1000 1h      # one run, prints JSON
@@ -60,15 +60,17 @@ def rows(agents: int = 1000, scaling: bool = True) -> list[Row]:
             f"{RSS_TARGET_MB:.0f} MB (bar)", full["max_rss_mb"] / RSS_TARGET_MB, ("<=", 1.0)),
     ]
     if scaling:
+        # Linearity is judged on CPU seconds per request: wall time on a shared machine also
+        # counts other jobs' time slices, which differ from one run to the next.
         quarter = run(agents, "15m")
         half = run(agents, "30m")
-        per = [r["wall_s"] / r["requests"] for r in (quarter, half, full)]
-        out.append(Row("rack wall per request at 2x / 1x requests",
-                       f"{per[1] * 1e3:.2f} ms ({half['requests']:,})", f"{per[0] * 1e3:.2f} ms ({quarter['requests']:,})",
-                       per[1] / per[0], ("<=", 1.25)))
-        out.append(Row("rack wall per request at 4x / 1x requests",
-                       f"{per[2] * 1e3:.2f} ms ({full['requests']:,})", f"{per[0] * 1e3:.2f} ms ({quarter['requests']:,})",
-                       per[2] / per[0], ("<=", 1.25)))
+        per = [r["cpu_s"] / r["requests"] for r in (quarter, half, full)]
+        for label, r, p in (("2x", half, per[1]), ("4x", full, per[2])):
+            out.append(Row(f"rack CPU per request at {label} / 1x requests",
+                           f"{p * 1e3:.2f} ms ({r['requests']:,})", f"{per[0] * 1e3:.2f} ms ({quarter['requests']:,})",
+                           p / per[0], ("<=", 1.25)))
+        out.append(Row("rack CPU per request at 4x / 2x requests", f"{per[2] * 1e3:.2f} ms",
+                       f"{per[1] * 1e3:.2f} ms", per[2] / per[1], ("<=", 1.25)))
     return out
 
 

@@ -40,7 +40,7 @@ def main() -> None:
             rows += bench_simulation.rows(args.repeat)
         elif section == "dynamo":
             import vs_dynamo
-            rows += vs_dynamo.rows(1)
+            rows += vs_dynamo.rows(2)
         elif section == "rack":
             import bench_rack
             rows += bench_rack.rows(scaling=not args.quick)
