@@ -187,9 +187,16 @@ class KeyedLeafPolicy(EvictionPolicy):
         heap = self._heap
         is_evictable = self.cache.is_evictable
         heappop = heapq.heappop
+        plain = self._plain_leaf_rule
         while heap:
             _key, _node_id, version, node = heappop(heap)
-            if version == node.heap_version and is_evictable(node):
+            if version != node.heap_version:
+                continue
+            if plain:  # RadixCache.is_evictable, inlined
+                evictable = node.alive and not node.lock_ref and not node.children and node.parent is not None
+            else:
+                evictable = is_evictable(node)
+            if evictable:
                 # Re-arm: the cache may trim only part of the node and keep it.
                 node.heap_version += 1
                 return node

@@ -18,4 +18,4 @@ class LRU(KeyedLeafPolicy):
     merge_runs = True
 
     def key(self, node):
-        return (node.last_access_s, -node.end_block)
+        return (node.last_access_s, -(node.start_block + len(node.keys)))  # -end_block, without the property call
