@@ -35,7 +35,6 @@ Added to every run's ``summary.json`` (and the printed table) by the engine:
 
 from __future__ import annotations
 
-import bisect
 import math
 import time
 from typing import Any
@@ -43,7 +42,6 @@ from typing import Any
 import numpy as np
 
 from agentsim.cache.policies import EVICTION_POLICIES
-from agentsim.cache.policies.belady import Belady
 from agentsim.cache.policy import EvictionPolicy
 from agentsim.cache.radix import RadixCache
 
@@ -94,40 +92,6 @@ def _policy_ttl_s(policy) -> float | None:
     return None
 
 
-class StreamFuture:
-    """Next use of a block key in a request sequence, built with numpy (Belady's ``set_future``
-    is a Python loop over every key; this is the same index, ~10x faster to build).
-
-    ``next_use(key)`` = the first request index strictly after ``position`` whose prompt holds
-    ``key`` (inf if none), exactly :meth:`Belady.next_use`.
-    """
-
-    def __init__(self, requests: list[list[int]]):
-        lengths = np.array([len(r) for r in requests], dtype=np.int64)
-        keys = (np.concatenate([np.asarray(r, dtype=np.int64) for r in requests]) if requests
-                else np.zeros(0, dtype=np.int64))
-        index = np.repeat(np.arange(len(requests), dtype=np.int64), lengths)
-        order = np.argsort(keys, kind="stable")  # stable: request order kept within a key
-        keys, index = keys[order], index[order]
-        if len(keys):
-            keep = np.ones(len(keys), dtype=bool)
-            keep[1:] = (keys[1:] != keys[:-1]) | (index[1:] != index[:-1])
-            keys, index = keys[keep], index[keep]
-        unique, starts = np.unique(keys, return_index=True)
-        self._slot = dict(zip(unique.tolist(), range(len(unique))))
-        self._starts = starts.tolist() + [len(keys)]
-        self._positions = index.tolist()
-        self.position = -1
-
-    def next_use(self, key: int) -> float:
-        slot = self._slot.get(key)
-        if slot is None:
-            return math.inf
-        lo, hi = self._starts[slot], self._starts[slot + 1]
-        i = bisect.bisect_right(self._positions, self.position, lo, hi)
-        return self._positions[i] if i < hi else math.inf
-
-
 def replay_stream(stream: list[tuple[float, int, list[int], list[int]]], capacity_blocks: int,
                   policy: EvictionPolicy) -> tuple[int, int]:
     """Serve ``stream`` [(admitted_s, request_id, prompt_keys, total_keys)] in order through one
@@ -135,12 +99,8 @@ def replay_stream(stream: list[tuple[float, int, list[int], list[int]]], capacit
     get the prompt-key sequence; timer policies fire at the recorded times."""
     cache = RadixCache(capacity_blocks, policy, name="replay")
     begin = getattr(policy, "begin_request", None)
-    future = None
-    if isinstance(policy, Belady):
-        future = StreamFuture([prompt for _t, _id, prompt, _total in stream])
-        policy.next_use = future.next_use   # same index as set_future, built faster
-        begin = None
-    elif getattr(policy, "set_future", None) is not None:
+    if getattr(policy, "set_future", None) is not None:
+        # Belady's next-use index (built with numpy sorts in Belady.set_future).
         policy.set_future([prompt for _t, _id, prompt, _total in stream])
     timed = type(policy).next_timer_s is not EvictionPolicy.next_timer_s
     hits = requested = 0
@@ -149,9 +109,7 @@ def replay_stream(stream: list[tuple[float, int, list[int], list[int]]], capacit
             due = policy.next_timer_s()
             if due is not None and due <= now_s:
                 policy.on_timer(now_s)
-        if future is not None:
-            future.position = i
-        elif begin is not None:
+        if begin is not None:
             begin(i)
         node, hit = cache.match(prompt, now_s)
         hits += hit
