@@ -227,7 +227,7 @@ def _log_of(name, capacity, requests, admission=None, **params):
     original = cache.policy.on_remove
 
     def on_remove(node, n, reason):
-        blocks.extend((k, reason) for k in reversed(node.keys))
+        blocks.extend((k, reason) for k in reversed(node.keys[-n:]))   # the removed tail
         original(node, n, reason)
 
     cache.policy.on_remove = on_remove

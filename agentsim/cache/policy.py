@@ -35,6 +35,12 @@ class EvictionPolicy:
     #: Exact for policies whose per-block state is equal along a run after path-touch (LRU);
     #: policies keyed on creation order or per-block frequency keep runs separate.
     merge_runs: ClassVar[bool] = False
+    #: True if the cache may evict part of a leaf by shortening it in place (the node stays,
+    #: alive, as the kept upper part) instead of splitting off the evicted tail as a dead node.
+    #: Only for policies whose per-node state is just a key the cache re-reads via
+    #: ``on_candidate`` (LRU); ``on_remove`` is then told before the node is shortened (its
+    #: removed blocks are ``node.keys[-blocks:]``, as for any removal) and the node stays alive.
+    trim_in_place: ClassVar[bool] = False
     registered_name: ClassVar[str] = "?"
     #: True only in ``flat`` tree mode: the policy may return a victim that has children, whose
     #: resident descendants the cache then counts as orphans (policies spec section 1.4).

@@ -268,6 +268,19 @@ class RadixCache:
         children; its resident descendants then become orphans (counted, never hit).
         """
         if n_blocks < len(node.keys):
+            if self.policy.trim_in_place and not node.children:
+                # Shorten the leaf: no node is created and the policy re-reads its key. The
+                # policy hears of the removal first, while node.keys[-n_blocks:] are the blocks.
+                self.policy.on_remove(node, n_blocks, reason)
+                node.keys = node.keys[:-n_blocks]
+                if node.orphan:
+                    self.orphan_blocks -= n_blocks
+                self.used_blocks -= n_blocks
+                self.evicted_blocks += n_blocks
+                self.evicted_by_reason[reason] = self.evicted_by_reason.get(reason, 0) + n_blocks
+                if node.lock_ref == 0:
+                    self.policy.on_candidate(node)
+                return
             upper = self._split(node, len(node.keys) - n_blocks)
         else:
             upper = node.parent

@@ -17,5 +17,7 @@ from agentsim.cache.policy import KeyedLeafPolicy
 class LFU(KeyedLeafPolicy):
     """Least frequently hit leaf first, then least recently used."""
 
+    trim_in_place = True  # key-only state: a shortened leaf is simply re-keyed
+
     def key(self, node):
         return (node.hit_count, node.last_access_s, -node.end_block)

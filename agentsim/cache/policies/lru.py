@@ -16,6 +16,7 @@ class LRU(KeyedLeafPolicy):
     """Least recently used leaf first; ties deepest first, then oldest node."""
 
     merge_runs = True
+    trim_in_place = True
 
     def key(self, node):
         return (node.last_access_s, -(node.start_block + len(node.keys)))  # -end_block, without the property call
