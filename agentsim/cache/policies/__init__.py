@@ -23,6 +23,7 @@ from agentsim.cache.policies import ttl_pin  # noqa: E402,F401
 from agentsim.cache.policies import continuum  # noqa: E402,F401
 from agentsim.cache.policies import infercept  # noqa: E402,F401
 from agentsim.cache.policies import kvflow  # noqa: E402,F401
+from agentsim.cache.policies import belady_oracle  # noqa: E402,F401
 from agentsim.cache.policies import admission  # noqa: E402,F401  (A1 filters: ADMISSION_FILTERS)
 
 __all__ = ["EVICTION_POLICIES"]
