@@ -40,7 +40,7 @@ def log_removals(cache):
     original = cache.policy.on_remove
 
     def on_remove(node, blocks, reason):
-        log.append((node.keys[0], blocks, reason))
+        log.append((node.keys[-blocks], blocks, reason))   # first block of the removed tail
         original(node, blocks, reason)
 
     cache.policy.on_remove = on_remove

@@ -71,7 +71,7 @@ def test_a_returned_agent_is_due_until_its_call_matches():
     assert policy.next_use_s(node_a) == 5.0
     log = log_removals(cache)
     serve(cache, [20, 21, 22, 23], 5.5)                        # b (t=51) goes, not a (queued)
-    assert log and {k for k, _b, _r in log} == {10}
+    assert log and {k for k, _b, _r in log} == {12}                 # the deepest block of b's run
     # a's call matches its path: from then on the request's pin protects it, the record is gone.
     serve(cache, [1, 2, 3, 4], 6.0)
     assert policy.next_use_s(cache.match([1, 2, 3], 6.0, touch=False).node) == math.inf
