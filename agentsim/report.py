@@ -378,7 +378,7 @@ def _sweep_report(directory: Path, b: _Builder, kind: str) -> Report:
     name = directory.name
     if (directory / "sweep.json").exists():
         name = json.loads((directory / "sweep.json").read_text()).get("name", name)
-    b.raw(f"<h2>Cells: mean ± 95% CI over seeds</h2>" + html_table(_stats_table(table, metrics), left=1))
+    b.raw("<h2>Cells: mean ± 95% CI over seeds</h2>" + html_table(_stats_table(table, metrics), left=1))
     if (directory / "paired.parquet").exists():
         paired = pd.read_parquet(directory / "paired.parquet")
         if len(paired) and "metric" in paired:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import simpy
 
-from _common import MOONCAKE, ROOT, Row, best_time
+from _common import MOONCAKE, ROOT, Row
 
 #: Open-loop replay's KV size: 2048 blocks of 512 tokens (Dynamo's 16384 blocks of 64).
 OPEN_LOOP_CAPACITY_BLOCKS = 2048

@@ -13,7 +13,7 @@ not depend on event timing: two policies compared on the same seed see the same 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from agentsim.config.units import UnitError, parse_bandwidth, parse_bytes, parse_duration
+from agentsim.config.units import UnitError, parse_duration
 from agentsim.errors import InputError
 from agentsim.experiments.runs import RunTask, scenario_key
 from agentsim.experiments.stats import mean_ci

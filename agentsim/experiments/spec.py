@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agentsim.config.loader import format_path, read_yaml, validation_error_to_input_error
+from agentsim.config.loader import format_path, read_yaml
 from agentsim.errors import InputError
 
 DEFAULT_METRICS = ["hit_ratio", "ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "sla_attainment",

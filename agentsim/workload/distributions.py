@@ -14,7 +14,6 @@ All families accept ``min``/``max`` clipping and ``round`` (to integers, for tok
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import numpy as np

@@ -17,8 +17,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from agentsim.cache.policies import EVICTION_POLICIES
-from agentsim.cache.policies._queues import (Ghost, Queue, QueueParams, QueuePolicy, lookup_ghost_hits,
-                                             ratio_blocks, split_by_membership)
+from agentsim.cache.policies._queues import (Ghost, Queue, QueueParams, QueuePolicy, lookup_ghost_hits, split_by_membership)
 
 
 class S3FIFOParams(QueueParams):

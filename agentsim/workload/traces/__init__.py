@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from pathlib import Path
 from typing import Iterator
 
