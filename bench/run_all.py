@@ -1,7 +1,7 @@
 """``make bench``: every benchmark of ``bench/``, one table (benchmark, figure, reference, ratio,
 target, met?).
 
-Sections: cache-only replay and the hit-ratio curve (bench_replay.py), timed simulation speed
+Sections: cache-only replay and the hit-ratio curve (replay.py), timed simulation speed
 (bench_simulation.py), whole-process comparison with Dynamo's offline replay (vs_dynamo.py,
 skipped with a note when ``.peers/dynamo`` is absent), the GB300 NVL72 rack hour
 (bench_rack.py). The sweep speed-up (bench/sweep.py) is separate (it measures the machine's
@@ -33,7 +33,7 @@ def main() -> None:
         started = time.perf_counter()
         print(f"[bench] {section} ...", file=sys.stderr, flush=True)
         if section == "replay":
-            import bench_replay
+            import replay as bench_replay
             rows += bench_replay.rows(args.repeat)
         elif section == "simulation":
             import bench_simulation
