@@ -65,6 +65,15 @@ class Match(NamedTuple):
     hit_blocks: int
 
 
+def iter_subtree(root):
+    """Every node below ``root`` (depth first; ``root`` itself excluded)."""
+    stack = list(root.children.values())
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.children.values())
+
+
 def _common_prefix(run: list[int], keys: list[int], pos: int) -> int:
     """Length of the common prefix of ``run`` and ``keys[pos:]`` (binary search on slices)."""
     low, high = 0, min(len(run), len(keys) - pos)
@@ -393,11 +402,7 @@ class RadixCache:
 
     # --- inspection ----------------------------------------------------------------------
     def iter_nodes(self):
-        stack = list(self.root.children.values())
-        while stack:
-            node = stack.pop()
-            yield node
-            stack.extend(node.children.values())
+        return iter_subtree(self.root)
 
     def check_invariants(self) -> None:
         """Raise InvariantViolation if accounting, capacity or tree structure is inconsistent."""

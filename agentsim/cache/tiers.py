@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from agentsim.cache.policy import EvictionPolicy
-from agentsim.cache.radix import Node, _common_prefix
+from agentsim.cache.radix import Node, _common_prefix, iter_subtree
 from agentsim.errors import InvariantViolation
 
 HBM = 0
@@ -869,11 +869,7 @@ class TieredCache:
 
     # --- inspection ----------------------------------------------------------------------------
     def iter_nodes(self):
-        stack = list(self.root.children.values())
-        while stack:
-            node = stack.pop()
-            yield node
-            stack.extend(node.children.values())
+        return iter_subtree(self.root)
 
     def check_invariants(self) -> None:
         resident = [0] * self.n_tiers

@@ -43,7 +43,15 @@ class TTLParams(BaseModel):
 
 
 class _Delegate(EvictionPolicy):
-    """Forwards every hook to ``self.base``."""
+    """Forwards every hook to ``self.base``, the wrapped policy named by ``params.base``."""
+
+    def __init__(self, params=None):
+        super().__init__(params)
+        p = self.params
+        base_cls = EVICTION_POLICIES.get(p.base)
+        self.base = base_cls(EVICTION_POLICIES.validate_params(p.base, p.base_params))
+        self.merge_runs = base_cls.merge_runs
+        self.allows_orphans = self.base.allows_orphans
 
     def on_insert(self, node, now_s):
         self.base.on_insert(node, now_s)
@@ -84,12 +92,7 @@ class TTLExpiry(_Delegate):
 
     def __init__(self, params=None):
         super().__init__(params)
-        p = self.params
-        base_cls = EVICTION_POLICIES.get(p.base)
-        self.base = base_cls(EVICTION_POLICIES.validate_params(p.base, p.base_params))
-        self.merge_runs = base_cls.merge_runs
-        self.allows_orphans = self.base.allows_orphans
-        self.ttl_s = p.ttl_s
+        self.ttl_s = self.params.ttl_s
         self._deadlines: list = []  # (deadline_s, node_id, node)
         self.expired_blocks = 0
 

@@ -88,11 +88,6 @@ class PinWrapper(_Delegate):
 
     def __init__(self, params=None):
         super().__init__(params)
-        p = self.params
-        base_cls = EVICTION_POLICIES.get(p.base)
-        self.base = base_cls(EVICTION_POLICIES.validate_params(p.base, p.base_params))
-        self.merge_runs = base_cls.merge_runs
-        self.allows_orphans = self.base.allows_orphans
         self.pins: dict[Any, Pin] = {}
         self._deadlines: list = []            # (deadline_s, seq, owner, pin)
         self._seq = 0
