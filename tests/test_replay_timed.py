@@ -67,3 +67,14 @@ def test_replay_cli_timed_json(tmp_path):
     for key in ("requests", "unique_blocks", "ideal_hit_ratio", "hit_ratio", "capacity_blocks", "policy", "ttft_p99_s"):
         assert key in summary
     assert (tmp_path / "r" / "requests.parquet").exists()
+
+
+def test_replay_refuses_to_overwrite_a_run_without_force(tmp_path):
+    out = tmp_path / "r"
+    args = ["replay", str(MOONCAKE), "--json", "--out", str(out)]
+    assert run_cli(*args).returncode == 0
+    before = (out / "summary.json").read_bytes()
+    again = run_cli(*args, "--mode", "open-loop")
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert (out / "summary.json").read_bytes() == before
+    assert run_cli(*args, "--mode", "open-loop", "--force").returncode == 0

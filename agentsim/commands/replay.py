@@ -77,6 +77,7 @@ def register(app: typer.Typer) -> None:
         set_: Optional[list[str]] = typer.Option(None, "--set", help="timed modes: override a scenario field PATH=VALUE"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="write summary.json and requests.parquet here"),
+        force: bool = typer.Option(False, "--force", help="overwrite results already in --out"),
     ) -> None:
         """Replay a trace through a KV cache and report hit ratios."""
         from agentsim.errors import InputError
@@ -85,6 +86,10 @@ def register(app: typer.Typer) -> None:
         _choice(mode, MODES, "--mode")
         if capacity_blocks is not None and capacity_fraction is not None:
             raise InputError("give either --capacity-blocks or --capacity-fraction, not both", "command line")
+        if out is not None:
+            from agentsim.results import prepare_out_dir
+
+            prepare_out_dir(out, force)  # refuse another run's results before any work
         if mode != "cache-only":
             _timed(trace, fmt, mode, policy, capacity_blocks, capacity_fraction, block_size, session_offset, as_json, out,
                    scenario, list(set_ or []))

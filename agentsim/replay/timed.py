@@ -79,9 +79,8 @@ def run_timed_replay(trace, fmt: str = "auto", mode: str = "open-loop", policy: 
     if sessions is not None:
         result.summary["trace_report"] = weka_reuse_report(table, sessions, block)
     if out_dir is not None:
-        from agentsim.results import prepare_out_dir, write_run
+        from agentsim.results import write_run
 
-        prepare_out_dir(Path(out_dir), force=True)
         write_run(result, out_dir)
     return result
 
