@@ -578,6 +578,13 @@ class TieredCache:
             node = child
             pos += common
         fresh = keys[pos:]
+        if fresh and self._can_extend(node):
+            # As RadixCache with merge_runs: the request's own childless leaf, held only in HBM,
+            # grows in place, so a session's calls do not add a node each (paths stay short).
+            node.keys.extend(fresh)
+            used += len(fresh)
+            hbm.inserted_blocks += len(fresh)
+            fresh = ()
         if fresh:
             child = self._new_node(node, list(fresh), start_block + pos, now_s)
             child.lock_ref = 1
@@ -598,6 +605,16 @@ class TieredCache:
                 if fresh_node.entries[1] is None and fresh_node.alive:
                     self._write_through(fresh_node, 1, now_s)
         return node
+
+    def _can_extend(self, node: TNode) -> bool:
+        """Whether a commit may extend ``node`` in place: the HBM policy merges runs, the node is
+        the committing request's own childless HBM leaf with no copy below HBM and no transfer in
+        flight, and no lower tier writes through (a new run would owe it a copy)."""
+        hbm_entry = node.entries[0]
+        return (self.policy.merge_runs and node.parent is not None and not node.children
+                and node.lock_ref == 1 and hbm_entry is not None and not hbm_entry.io_ref
+                and not node.loading and not any(node.entries[1:])
+                and all(tier.write_policy == "write_back" for tier in self.tiers[1:]))
 
     # --- loads ---------------------------------------------------------------------------------
     def begin_load(self, deepest: TNode) -> int:
