@@ -9,7 +9,7 @@ import pytest
 
 from agentsim.config.loader import load_scenario
 from agentsim.engine.simulation import run_scenario
-from agentsim.metrics.economics import DEFAULT_PRICES, economics_summary, provider_bill_usd, scenario_ttl_s
+from agentsim.engine.economics import DEFAULT_PRICES, economics_summary, provider_bill_usd, scenario_ttl_s
 
 
 def requests_table(rows):

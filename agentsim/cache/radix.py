@@ -74,6 +74,34 @@ def iter_subtree(root):
         stack.extend(node.children.values())
 
 
+def descend(root, keys: list[int], split) -> tuple:
+    """Walk ``keys`` down the tree from ``root``: (deepest matched node, matched blocks).
+
+    Whole runs are compared with one list-slice comparison; a run that matches only in part is
+    cut by ``split(node, offset)`` (which returns the upper part) so the match ends on a node.
+    """
+    node = root
+    pos = 0
+    n = len(keys)
+    children = node.children
+    while pos < n:
+        child = children.get(keys[pos])
+        if child is None:
+            break
+        run = child.keys
+        length = len(run)
+        if keys[pos:pos + length] == run:
+            pos += length
+            node = child
+            children = child.children
+            continue
+        common = _common_prefix(run, keys, pos)
+        node = split(child, common)
+        pos += common
+        break
+    return node, pos
+
+
 def _common_prefix(run: list[int], keys: list[int], pos: int) -> int:
     """Length of the common prefix of ``run`` and ``keys[pos:]`` (binary search on slices)."""
     low, high = 0, min(len(run), len(keys) - pos)
@@ -146,25 +174,7 @@ class RadixCache:
     # --- request flow ------------------------------------------------------------------
     def match(self, keys: list[int], now_s: float, touch: bool = True) -> Match:
         """Longest cached prefix of ``keys``; with ``touch``, path-touch it and count a hit."""
-        node = self.root
-        pos = 0
-        n = len(keys)
-        children = node.children
-        while pos < n:
-            child = children.get(keys[pos])
-            if child is None:
-                break
-            run = child.keys
-            length = len(run)
-            if keys[pos:pos + length] == run:
-                pos += length
-                node = child
-                children = child.children
-                continue
-            common = _common_prefix(run, keys, pos)
-            node = self._split(child, common)
-            pos += common
-            break
+        node, pos = descend(self.root, keys, self._split)
         if touch:
             if node is not self.root:
                 self._touch_path(node, now_s, hit=True)

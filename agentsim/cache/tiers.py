@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from agentsim.cache.policy import EvictionPolicy
-from agentsim.cache.radix import Node, _common_prefix, iter_subtree
+from agentsim.cache.radix import Node, _common_prefix, descend, iter_subtree
 from agentsim.errors import InvariantViolation
 
 HBM = 0
@@ -297,23 +297,7 @@ class TieredCache:
     # --- lookups -----------------------------------------------------------------------------
     def match(self, keys: list[int], now_s: float, touch: bool = True) -> Match:
         """Longest prefix of ``keys`` in the tree (any tier); with ``touch``, path-touch it."""
-        node = self.root
-        pos = 0
-        n = len(keys)
-        while pos < n:
-            child = node.children.get(keys[pos])
-            if child is None:
-                break
-            run = child.keys
-            length = len(run)
-            if keys[pos:pos + length] == run:
-                pos += length
-                node = child
-                continue
-            common = _common_prefix(run, keys, pos)
-            node = self._split(child, common)
-            pos += common
-            break
+        node, pos = descend(self.root, keys, self._split)
         if touch:
             if node is not self.root:
                 self._touch_path(node, now_s, hit=True)

@@ -31,7 +31,7 @@ SUMMARY_ROWS = [
     ("tpot_p50_s", "TPOT p50 (s)"), ("tpot_p99_s", "TPOT p99 (s)"), ("e2e_p99_s", "E2E p99 (s)"),
     ("sla_attainment", "SLA attainment"), ("evicted_blocks", "evicted blocks"),
     ("gpu_busy_fraction", "GPU busy fraction"), ("simulated_s", "simulated (s)"), ("wall_s", "wall (s)"),
-    # Diagnostics (agentsim/metrics/diagnostics.py): why the cache result is what it is.
+    # Diagnostics (agentsim/engine/diagnostics.py): why the cache result is what it is.
     ("regime", "regime"), ("characteristic_eviction_time_s", "T_C: median idle age at eviction (s)"),
     ("ttl_s", "policy TTL (s)"), ("ttl_expirations_blocks", "TTL expirations (blocks)"),
     ("pins_created", "TTL-pins created"), ("pins_honored", "TTL-pins honoured"),

@@ -22,10 +22,10 @@ from agentsim.cluster.router import make_router
 from agentsim.cluster.topology import Hierarchy, load_breakdown
 from agentsim.engine.agents import AgentDriver
 from agentsim.metrics.records import OccupancySample, RequestRecord, record_frame
-from agentsim.metrics.economics import economics_summary
+from agentsim.engine.economics import economics_summary
 from agentsim.metrics.summary import summarize_requests
 from agentsim.engine.agentic import AgenticWiring
-from agentsim.metrics.diagnostics import RunDiagnostics
+from agentsim.engine.diagnostics import RunDiagnostics
 from agentsim.metrics.timeseries import TimeSeriesSampler
 from agentsim.errors import InvariantViolation
 
