@@ -329,3 +329,23 @@ def test_stack_property_lru_and_belady(seed):
             if previous[name] is not None:
                 assert all(a <= b for a, b in zip(previous[name], hits)), (name, capacity)
             previous[name] = hits
+
+
+def test_gdsf_prices_a_run_with_a_lower_tier_copy_by_its_load_time():
+    from types import SimpleNamespace
+
+    from agentsim.cache.policies.gdsf import GDSF
+
+    policy = GDSF(GDSF.Params())
+    dram = SimpleNamespace(index=1)
+    hbm = SimpleNamespace(index=0)
+    alone = SimpleNamespace(end_block=200, tier=hbm, node=SimpleNamespace(entries=["hbm", None]))
+    copied = SimpleNamespace(end_block=200, tier=hbm, node=SimpleNamespace(entries=["hbm", "dram"]))
+    bottom = SimpleNamespace(end_block=200, tier=dram, node=SimpleNamespace(entries=["hbm", "dram"]))
+    recompute = policy.cost(alone)
+    assert policy.cost(copied) < recompute                 # loading back beats recomputing 12K deep
+    assert policy.cost(bottom) == recompute                # nothing below DRAM: recompute
+    p = policy.params
+    load_flops = p.block_tokens * p.kv_bytes_per_token / p.load_bandwidth_bytes_per_s * p.prefill_flops_per_s
+    assert policy.cost(copied) == pytest.approx(load_flops / policy._raw_cost(0))
+    assert GDSF(GDSF.Params(tier_aware=False)).cost(copied) == recompute

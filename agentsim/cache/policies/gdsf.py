@@ -12,9 +12,14 @@ attending to ``b * B`` cached tokens before it,
 the model's sum over layers of heads x (d_qk + d_v) (the scenario's ``model.attn_coeff``).
 Deeper blocks cost more, the opposite incentive to vLLM's tail-first rule. Cost model
 ``unit`` (C = C0) makes GDSF exactly LFU with dynamic aging (LFU-DA). Block size S is
-constant in block units, so it cancels. [sim-choice] Tier-aware cost (the load time from a
-lower tier when the block is resident there) is left to the tiered cache, which can subclass
-and override :meth:`GDSF.cost`.
+constant in block units, so it cancels.
+
+Tier-aware cost (``tier_aware``, default on): when the run also has a copy in a tier below the
+one this policy ranks (HBM with a DRAM copy, say), a miss costs loading it back, not
+recomputing it, so ``C = min(recompute, load)`` with load = ``B * kv_bytes_per_token /
+load_bandwidth_bytes_per_s`` seconds, expressed in FLOPs at ``prefill_flops_per_s``. Cost is
+priced when H is recomputed (insert and hit), so a copy made later counts from the next hit.
+On a cache without lower tiers nothing changes.
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ class GDSFParams(BaseModel):
     block_tokens: int = Field(64, gt=0, description="tokens per block (the scenario's cache.block_tokens)")
     active_params: float = Field(37e9, gt=0, description="parameters active per token")
     attn_coeff: float = Field(2.5e6, ge=0, description="sum over layers of heads x (d_qk + d_v)")
+    tier_aware: bool = Field(True, description="price a run with a copy in a lower tier by its load time")
+    kv_bytes_per_token: float = Field(35136, gt=0, description="KV bytes per token (the scenario's model)")
+    load_bandwidth_bytes_per_s: float = Field(150e9, gt=0, description="bandwidth of a load from the tier below")
+    prefill_flops_per_s: float = Field(7e15, gt=0, description="the instance's prefill FLOP/s at its MFU")
 
 
 @EVICTION_POLICIES.register("gdsf")
@@ -54,8 +63,13 @@ class GDSF(KeyedLeafPolicy):
         return b * (2.0 * p.active_params + 2.0 * p.attn_coeff * (block_index * b + b / 2.0))
 
     def cost(self, node) -> float:
-        """Relative recompute cost of ``node``'s deepest block (block 0 costs 1)."""
-        return self._raw_cost(node.end_block - 1) / self._c0
+        """Relative miss cost of ``node``'s deepest block (recomputing block 0 costs 1)."""
+        recompute = self._raw_cost(node.end_block - 1)
+        p = self.params
+        if p.tier_aware and p.cost_model == "flops" and _has_copy_below(node):
+            load_s = p.block_tokens * p.kv_bytes_per_token / p.load_bandwidth_bytes_per_s
+            recompute = min(recompute, load_s * p.prefill_flops_per_s)
+        return recompute / self._c0
 
     def _rescore(self, node):
         frequency = node.hit_count + 1
@@ -82,3 +96,13 @@ class GDSF(KeyedLeafPolicy):
     def on_remove(self, node, blocks, reason):
         if reason == "capacity" and node.policy_data is not None:
             self.inflation = max(self.inflation, node.policy_data)
+
+
+def _has_copy_below(entry) -> bool:
+    """Whether a tier entry's node is also resident in a tier below the entry's own tier.
+    (A plain radix node has no tiers, hence no copy below.)"""
+    tier = getattr(entry, "tier", None)
+    entries = getattr(getattr(entry, "node", None), "entries", None)
+    if tier is None or entries is None:
+        return False
+    return any(other is not None for other in entries[tier.index + 1:])
