@@ -103,3 +103,23 @@ def test_turning_dram_off_lowers_hit_ratio_and_raises_p99_ttft_on_the_same_seed(
     assert with_dram["ttft_load_wait_mean_s"] > 0
     assert with_dram["link_kinds"]["nvlink_c2c"]["bytes"] > 0
     assert "links" in with_dram and all(math.isfinite(v["utilisation"]) for v in with_dram["links"].values())
+
+
+def test_tiers_scenario_prints_hits_per_tier_ttft_breakdown_and_links(tmp_path):
+    """Issue 3: the run's printed table and summary.json show hits per tier, the TTFT breakdown
+    and link traffic/utilisation."""
+    import json
+
+    from tests.conftest import ROOT, run_cli
+
+    out = tmp_path / "rack"
+    proc = run_cli("run", str(ROOT / "scenarios" / "gb300-nvl72-tiers.yaml"), "--out", str(out),
+                   "--set", "duration_s=4m", "--set", "hardware.instances=2",
+                   "--set", "workload.agent_classes.coding.arrival.concurrent=40")
+    assert proc.returncode == 0, proc.stderr
+    for label in ("hit ratio by tier", "TTFT queue mean (s)", "TTFT load mean (s)", "TTFT prefill mean (s)",
+                  "link nvlink_c2c"):
+        assert label in proc.stdout, label
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["hit_ratio_by_tier"]) >= {"hbm", "dram"}
+    assert summary["hit_ratio_by_tier"]["dram"] > 0
