@@ -95,6 +95,26 @@ def test_admission_filter_from_the_scenario():
     assert not same_outcome(second, base)
 
 
+def test_do_not_cache_decode_recomputes_the_previous_output():
+    from agentsim.config.loader import load_scenario
+    from agentsim.engine.simulation import run_scenario
+
+    def run_table(*overrides):
+        # 300 GB: nothing is evicted, so the only difference is what the filter keeps.
+        result = run_scenario(load_scenario(REGIMES, ["cache.eviction=lru", "hardware.kv_capacity_bytes=300GB",
+                                                      "duration_s=10m", *overrides]))
+        return result.summary, result.tables["requests"]
+
+    base, base_requests = run_table()
+    no_decode, requests = run_table("cache.admission=no_decode_cache")
+    assert no_decode["hit_ratio"] < base["hit_ratio"]
+    # A later call now also recomputes what the previous call generated: about one output's worth.
+    extra = (requests[requests.call_index > 0].recomputed_tokens.mean()
+             - base_requests[base_requests.call_index > 0].recomputed_tokens.mean())
+    mean_output = requests.output_tokens.mean()
+    assert 0.75 * mean_output < extra < 1.5 * mean_output + 64
+
+
 def test_unknown_admission_filter_is_an_input_error(tmp_path):
     result = run_cli("validate", str(REGIMES), "--set", "cache.admission=second_hits")
     assert result.returncode == 2

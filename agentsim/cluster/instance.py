@@ -541,7 +541,14 @@ class ServingInstance:
     def _finish(self, state: _Running) -> None:
         req = state.req
         now = self.env.now
-        keys = req.total_keys[state.cached_blocks:]
+        admission = getattr(self.cache, "admission", None)
+        if admission is not None and not admission.caches_decode:
+            # A1 "do not cache decode": only the prompt's blocks stay; the reservation of the
+            # output blocks is returned by the commit.
+            keys = req.prompt_keys[state.cached_blocks:]
+            admission.rejected_blocks += len(req.total_keys) - len(req.prompt_keys)
+        else:
+            keys = req.total_keys[state.cached_blocks:]
         node = self.cache.commit(state.node, keys, state.cached_blocks, state.reserved_blocks, now)
         if self.before_unpin is not None:
             # Agentic policies (TTL-pin, InferCept, KVFlow) see the paused agent's deepest node

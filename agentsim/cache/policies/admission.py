@@ -8,6 +8,9 @@ Set ``cache.admission = ADMISSION_FILTERS.get(name)(params)``; at unpin the cach
 * ``second_hit`` (vLLM's offload reuse filter, ``store_threshold = 2``): keep a run only once
   its deepest block has been released at least ``threshold`` times, counted in a bounded LRU
   table of ``table_entries`` keys.
+* ``no_decode_cache`` (do not cache decode): only the prompt's blocks are committed after a
+  call; the blocks holding generated tokens are freed when the request ends, so an agent's next
+  call recomputes its previous output. The serving instance asks ``caches_decode``.
 * ``tinylfu``: keep a run while the cache has free room; otherwise only if its TinyLFU
   estimate beats the estimate of the run the eviction policy would evict next (its
   ``peek_victim``; admitted if the policy cannot say). The sketch counts each release.
@@ -28,6 +31,8 @@ ADMISSION_FILTERS: Registry = Registry("admission filter")
 class AdmissionFilter:
     Params = None
     registered_name = "?"
+    #: Whether a finished request's decode (output) blocks are committed to the cache at all.
+    caches_decode = True
 
     def __init__(self, params: BaseModel | None = None):
         self.params = params if params is not None else (self.Params() if self.Params else None)
@@ -45,6 +50,16 @@ class AdmissionFilter:
 @ADMISSION_FILTERS.register("admit_all")
 class AdmitAll(AdmissionFilter):
     """Keep everything (the unfiltered baseline)."""
+
+    def admit(self, node, cache):
+        return True
+
+
+@ADMISSION_FILTERS.register("no_decode_cache")
+class NoDecodeCache(AdmissionFilter):
+    """Do not cache decode KV: keep a call's prompt blocks, free its output blocks."""
+
+    caches_decode = False
 
     def admit(self, node, cache):
         return True
