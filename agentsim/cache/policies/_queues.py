@@ -137,6 +137,11 @@ class QueuePolicy(EvictionPolicy):
         super().__init__(params)
         self.mode: str = self.params.tree_mode
         self.allows_orphans = self.mode == "flat"
+        # Trimming a leaf in place keeps its position key (seq, -start_block) exactly as the
+        # split's upper part would, and node ids never decide the queue order (parts of one
+        # run have distinct start blocks). Not in ``cascade`` mode: its descent breaks ties
+        # between siblings by node id, which a split renews and an in-place trim does not.
+        self.trim_in_place = self.mode != "cascade"
         self._seq = 0
         self.skipped_entries = 0  # ineligible entries passed over (spec: report the skip count)
 
@@ -240,8 +245,17 @@ class QueuePolicy(EvictionPolicy):
         entry = node.policy_data
         if entry is None:
             return
+        if node.alive:
+            # Trimmed in place (``trim_in_place``): the node keeps its queue and position, minus
+            # its last ``blocks`` blocks; the cache re-offers it through ``on_candidate``.
+            queue = entry.queue
+            if queue is not None:
+                queue.blocks -= blocks
+            self._on_trimmed(node, blocks)
+            self._on_removed(node, node.keys[-blocks:], queue, reason)
+            return
         queue = self._detach(node)
-        self._on_removed(node, queue, reason)
+        self._on_removed(node, node.keys, queue, reason)
 
     # --- the decision ---------------------------------------------------------------------
     def pop_victim(self, now_s):
@@ -270,8 +284,13 @@ class QueuePolicy(EvictionPolicy):
     def _on_touch(self, node, hit: bool, now_s: float) -> None:
         """A path-touch of a member; ``hit`` distinguishes reuse from an insert's re-stamp."""
 
-    def _on_removed(self, node, queue: Queue | None, reason: str) -> None:
-        """``node`` left the cache from ``queue`` (ghost bookkeeping)."""
+    def _on_removed(self, node, keys: list[int], queue: Queue | None, reason: str) -> None:
+        """Blocks ``keys`` of ``node`` (all of it, or its tail if trimmed in place) left the
+        cache from ``queue`` (ghost bookkeeping)."""
+
+    def _on_trimmed(self, node, blocks: int) -> None:
+        """``node`` is about to lose its last ``blocks`` blocks in place (it stays a member);
+        the counterpart of :meth:`on_split` for the part that remains."""
 
     def _select(self, now_s: float):
         """Run the policy's eviction step and return the member to evict (or None)."""

@@ -89,14 +89,14 @@ class ARC(QueuePolicy):
             self.b2.trim(max(0, len(self.b2) - 1))
         return self._replace(False)
 
-    def _on_removed(self, node, queue, reason):
+    def _on_removed(self, node, keys, queue, reason):
         if self._drop_without_ghost is node:
             self._drop_without_ghost = None
             return
         if queue is self.t1:
-            self.b1.add(node.keys)
+            self.b1.add(keys)
         elif queue is self.t2:
-            self.b2.add(node.keys)
+            self.b2.add(keys)
 
     def _eviction_order(self):
         return [self.t1, self.t2] if self.t1.blocks > self.p else [self.t2, self.t1]

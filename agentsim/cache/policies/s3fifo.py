@@ -103,9 +103,9 @@ class S3FIFO(QueuePolicy):
                 continue
             return node
 
-    def _on_removed(self, node, queue, reason):
+    def _on_removed(self, node, keys, queue, reason):
         if queue is self.small:
-            self.ghost.add(node.keys)
+            self.ghost.add(keys)
 
     def _eviction_order(self):
         return [self.small, self.main]

@@ -55,9 +55,15 @@ class SIEVE(QueuePolicy):
 
     def on_remove(self, node, blocks, reason):
         entry = node.policy_data
-        if entry is not None and entry.queue is not None:
-            self._drop(node)
-        self._nodes.pop(node.node_id, None)
+        if node.alive:
+            # Trimmed in place: the run keeps its key. A split would have given the remaining
+            # upper part a key just after the hand; here the hand must include the run itself.
+            if entry is not None and self._hand == entry.key:
+                self._hand_inclusive = True
+        else:
+            if entry is not None and entry.queue is not None:
+                self._drop(node)
+            self._nodes.pop(node.node_id, None)
         super().on_remove(node, blocks, reason)
 
     def _admit_new(self, node, now_s):

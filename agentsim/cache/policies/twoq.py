@@ -62,9 +62,9 @@ class TwoQ(QueuePolicy):
             return self._front(self.a1in) or self._front(self.am)
         return self._front(self.am) or self._front(self.a1in)
 
-    def _on_removed(self, node, queue, reason):
+    def _on_removed(self, node, keys, queue, reason):
         if queue is self.a1in:
-            self.a1out.add(node.keys)
+            self.a1out.add(keys)
 
     def _eviction_order(self):
         return [self.a1in, self.am] if self.a1in.blocks > self.kin else [self.am, self.a1in]

@@ -61,6 +61,10 @@ class WTinyLFU(QueuePolicy):
         if lower.policy_data is not None:
             self.sketch.increment(upper.keys[-1], self.sketch.estimate(lower.keys[-1]))
 
+    def _on_trimmed(self, node, blocks):
+        # As a split would: the remaining run's new deepest key takes the run's count.
+        self.sketch.increment(node.keys[-blocks - 1], self.sketch.estimate(node.keys[-1]))
+
     def _on_touch(self, node, hit, now_s):
         queue = node.policy_data.queue
         if hit:
