@@ -8,6 +8,7 @@ traceback.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
@@ -39,10 +40,35 @@ def fail(error: InputError) -> None:
     raise SystemExit(2)
 
 
+#: Exit code of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
+INTERRUPTED_EXIT_CODE = 130
+
+
+def exit_interrupted() -> None:
+    """Leave with exit code 130 after Ctrl-C, reliably.
+
+    A plain ``SystemExit(130)`` is not enough: if the KeyboardInterrupt passed through C code
+    that runs Python source (some extension modules do, while being imported), CPython marks
+    it "unhandled" and, at the very end of interpreter shutdown, kills itself with SIGINT
+    instead of returning 130, without printing anything. The work was already persisted by
+    the commands' ``finally`` blocks, so the streams are flushed and the process leaves at once.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe must not turn Ctrl-C into a traceback
+            pass
+    os._exit(INTERRUPTED_EXIT_CODE)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
     try:
         app(args=argv, standalone_mode=True)
+    except SystemExit as done:
+        if done.code == INTERRUPTED_EXIT_CODE:  # typer turns KeyboardInterrupt into Exit(130)
+            exit_interrupted()
+        raise
     except InputError as error:
         fail(error)
     except InvariantViolation as error:
@@ -52,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(3)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
-        raise SystemExit(130)
+        exit_interrupted()
 
 
 if __name__ == "__main__":  # pragma: no cover

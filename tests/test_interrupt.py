@@ -98,7 +98,10 @@ def test_stop_request_in_process(small_scenario_yaml):
 
 
 @pytest.mark.slow
-def test_sigint_during_sweep_keeps_finished_cells_and_rerun_resumes(small_scenario_yaml, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2], ids=["in-process", "process-pool"])
+def test_sigint_during_sweep_keeps_finished_cells_and_rerun_resumes(small_scenario_yaml, tmp_path, workers):
+    """Ctrl-C reaches the whole process group: the sweep exits 130 at once, pool workers die
+    with it (none is left holding the terminal's pipes), finished cells stay and a rerun resumes."""
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(f"""
 name: interrupt-me
@@ -111,17 +114,17 @@ axes:
 """)
     out = tmp_path / "out"
     process = subprocess.Popen([sys.executable, "-m", "agentsim.cli", "sweep", str(sweep), "--out", str(out),
-                                "--workers", "1", "-q"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
+                                "--workers", str(workers), "-q"], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.time() + 180
         while time.time() < deadline and len(list(out.glob("cells/*/seed-*/summary.json"))) < 2:
             time.sleep(0.05)
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
-        _, stderr = process.communicate(timeout=60)
+        _, stderr = process.communicate(timeout=60)  # EOF only once every worker is gone too
     finally:
         if process.poll() is None:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     finished = {p: p.stat().st_mtime_ns for p in out.glob("cells/*/seed-*/summary.json")}

@@ -45,6 +45,36 @@ def _pool_context():
     return multiprocessing.get_context("spawn")
 
 
+def _worker_ignores_interrupts() -> None:
+    """Pool worker initializer: leave Ctrl-C and termination to the parent.
+
+    Ctrl-C reaches the whole process group, and forked workers inherit the parent's handlers
+    (the sweep turns SIGTERM into KeyboardInterrupt). A worker that caught either would try to
+    send the exception back through the result pipe that nobody reads any more once the parent
+    has stopped, and hang there holding the terminal's pipes open. So a worker ignores SIGINT
+    and dies at once on SIGTERM, which is how the parent stops it.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+#: Seconds a terminated worker gets to exit before it is killed.
+WORKER_STOP_GRACE_S = 5.0
+
+
+def _stop_workers(processes) -> None:
+    """Terminate pool workers and wait for them, killing any that outlive the grace period."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(WORKER_STOP_GRACE_S)
+        if process.is_alive():
+            process.kill()
+            process.join(WORKER_STOP_GRACE_S)
+
+
 def default_workers() -> int:
     """All cores this process may use."""
     try:
@@ -72,7 +102,8 @@ class LocalExecutor:
             return
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)), mp_context=_pool_context())
+        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)), mp_context=_pool_context(),
+                                   initializer=_worker_ignores_interrupts)
         finished = False
         try:
             futures = [pool.submit(execute_run, task) for task in tasks]
@@ -83,8 +114,7 @@ class LocalExecutor:
             if not finished:
                 # Interrupted (Ctrl-C, SIGTERM, consumer stopped): drop queued tasks and stop the
                 # workers now; runs in flight are lost, finished ones were persisted by the caller.
-                for process in list((pool._processes or {}).values()):
-                    process.terminate()
+                _stop_workers(list((pool._processes or {}).values()))
             pool.shutdown(wait=finished, cancel_futures=True)
 
     def close(self) -> None:
