@@ -27,7 +27,7 @@ Tree modes (``tree_mode`` parameter, section 1.4):
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import OrderedDict
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -72,51 +72,45 @@ class Ghost:
     """A FIFO of evicted block keys bounded in blocks (ARC's B1/B2, 2Q's A1out, S3-FIFO's G).
 
     Keys are stored per block because a re-inserted run may overlap an evicted one only in
-    part; batches are inserted and trimmed with C-level dict operations.
+    part. The FIFO is an ``OrderedDict`` in insertion order: adding a batch appends its keys
+    not yet present (a present key keeps its place) with one C-level update, and trimming pops
+    from the old end in O(1) per key (a plain dict would rescan its deleted front entries).
     """
 
     def __init__(self, capacity_blocks: int):
         self.capacity_blocks = max(0, int(capacity_blocks))
-        self._batches: deque = deque()
-        self._member: dict[int, int] = {}
-        self._next_batch = 0
-        self.blocks = 0
+        self._member: OrderedDict[int, None] = OrderedDict()
 
     def __len__(self) -> int:
+        return len(self._member)
+
+    @property
+    def blocks(self) -> int:
         return len(self._member)
 
     def add(self, keys: list[int]) -> None:
         if self.capacity_blocks == 0 or not keys:
             return
-        batch = self._next_batch
-        self._next_batch += 1
-        fresh = [k for k in keys if k not in self._member] if self._member else list(keys)
-        self._member.update(dict.fromkeys(fresh, batch))
-        self._batches.append((batch, fresh))
-        self.blocks = len(self._member)
-        self.trim(self.capacity_blocks)
+        member = self._member
+        member.update(dict.fromkeys(keys))
+        if len(member) > self.capacity_blocks:
+            self.trim(self.capacity_blocks)
 
     def trim(self, limit_blocks: int) -> None:
+        """Drop the oldest keys (of a batch, the deepest: evicted first) down to ``limit_blocks``."""
         member = self._member
-        while len(member) > limit_blocks and self._batches:
-            batch, keys = self._batches[0]
-            excess = len(member) - limit_blocks
-            if excess >= len(keys):
-                self._batches.popleft()
-                drop = keys
-            else:  # trim the oldest blocks of the batch (the deepest: evicted first)
-                drop = keys[:excess]
-                self._batches[0] = (batch, keys[excess:])
-            for k in drop:
-                if member.get(k) == batch:
-                    del member[k]
-        self.blocks = len(member)
+        popitem = member.popitem
+        for _ in range(len(member) - max(0, limit_blocks)):
+            popitem(last=False)
 
     def discard(self, keys) -> None:
-        member = self._member
+        pop = self._member.pop
         for k in keys:
-            member.pop(k, None)
-        self.blocks = len(member)
+            pop(k, None)
+
+    def remove(self, key: int) -> bool:
+        """Drop ``key``; True if it was a member."""
+        return self._member.pop(key, _ABSENT) is not _ABSENT
 
     def __contains__(self, key: int) -> bool:
         return key in self._member
@@ -126,6 +120,9 @@ class Ghost:
 
     def state_bytes(self) -> int:
         return 16 * len(self._member)
+
+
+_ABSENT = object()
 
 
 class QueuePolicy(EvictionPolicy):
