@@ -41,6 +41,11 @@ class EvictionPolicy:
     #: ``on_candidate`` (LRU); ``on_remove`` is then told before the node is shortened (its
     #: removed blocks are ``node.keys[-blocks:]``, as for any removal) and the node stays alive.
     trim_in_place: ClassVar[bool] = False
+    #: With ``trim_in_place``: the shortened node takes a fresh ``node_id`` (after
+    #: ``on_remove``), the id the split's upper part would have had, so policies that break
+    #: ties by creation order rank it exactly as after a split. Only for policies that do not
+    #: index their state by node id.
+    trim_renews_id: ClassVar[bool] = False
     registered_name: ClassVar[str] = "?"
     #: True only in ``flat`` tree mode: the policy may return a victim that has children, whose
     #: resident descendants the cache then counts as orphans (policies spec section 1.4).

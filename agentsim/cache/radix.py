@@ -292,6 +292,9 @@ class RadixCache:
                 # policy hears of the removal first, while node.keys[-n_blocks:] are the blocks.
                 self.policy.on_remove(node, n_blocks, reason)
                 node.keys = node.keys[:-n_blocks]
+                if self.policy.trim_renews_id:
+                    node.node_id = self._next_id
+                    self._next_id += 1
                 if node.orphan:
                     self.orphan_blocks -= n_blocks
                 self.used_blocks -= n_blocks

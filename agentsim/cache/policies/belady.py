@@ -35,6 +35,11 @@ NEVER = float("inf")
 class Belady(KeyedLeafPolicy):
     """Furthest next use first (offline; needs ``set_future``)."""
 
+    # A partly evicted leaf is shortened in place and re-keyed (its deepest block changed);
+    # its fresh node id keeps the "newest first" tie-break of the split it replaces.
+    trim_in_place = True
+    trim_renews_id = True
+
     def __init__(self, params=None):
         super().__init__(params)
         self._slot: dict[int, int] = {}
