@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentsim.cache.policies import EVICTION_POLICIES
-from agentsim.cache.policy import EvictionPolicy
+from agentsim.cache.policy import EvictionPolicy, KeyedLeafPolicy
 
 
 class TTLParams(BaseModel):
@@ -99,6 +99,15 @@ class TTLExpiry(_Delegate):
     def bind(self, cache):
         super().bind(cache)
         self.base.bind(cache)
+        # Arming acts only on evictable nodes, so the path-touch shortcuts of the base hold for
+        # the wrapper too (the base sets them at bind).
+        self.access_leaf_only = self.base.access_leaf_only
+        self.access_evictable_only = self.base.access_evictable_only
+        # A key-only base (LRU, LFU, Belady) trims a leaf in place; with a renewed node id the
+        # deadline heap and the base's heap rank it exactly as the split's upper part.
+        if self.base.trim_in_place and isinstance(self.base, KeyedLeafPolicy):
+            self.trim_in_place = True
+            self.trim_renews_id = True
 
     def deadline_s(self, node) -> float:
         anchor = node.last_access_s if self.params.refresh_on_hit else node.created_s
