@@ -65,6 +65,10 @@ class AffinityParams(BaseModel):
 class PrefixAffinity(Router):
     Params = AffinityParams
 
+    def __init__(self, instances, params=None):
+        super().__init__(instances, params)
+        self._max_block_tokens = max(inst.block_tokens for inst in instances)
+
     def _cached_tokens(self, inst: ServingInstance, keys: list[int]) -> float:
         cache = inst.cache
         bt = inst.block_tokens
@@ -74,15 +78,37 @@ class PrefixAffinity(Router):
         return bt * cache.match(keys, 0.0, touch=False).hit_blocks
 
     def choose(self, request):
-        if len(self.instances) == 1:
-            return self.instances[0]
+        """The instance with the least ``(score, load, instance_id)``, where score is the prompt
+        minus its cached tokens there plus ``load_penalty_tokens * load``.
+
+        Instances are visited from least to most loaded, and the visit stops as soon as the
+        load term alone rules the rest out: no instance caches more than the prompt's full
+        blocks, so its score is at least ``prompt - cached_max + penalty * load``. Every
+        instance left unvisited therefore scores worse, or ties and loses the ``(load, id)``
+        tie-break to one visited before it: the choice is exactly that of a full scan, while on
+        a busy rack most instances are never peeked (a peek walks that instance's tree).
+        """
+        instances = self.instances
+        if len(instances) == 1:
+            return instances[0]
         penalty = self.params.load_penalty_tokens
         prompt = request.prompt_tokens
-        return min(
-            self.instances,
-            key=lambda inst: (prompt - self._cached_tokens(inst, request.prompt_keys) + penalty * inst.load,
-                              inst.load, inst.instance_id),
-        )
+        keys = request.prompt_keys
+        floor = prompt - self._max_block_tokens * len(keys)  # prompt minus the most any instance caches
+        best = None
+        best_rank = None
+        for inst in sorted(instances, key=_by_load):
+            load = inst.load
+            if best_rank is not None and floor + penalty * load >= best_rank[0]:
+                break
+            rank = (prompt - self._cached_tokens(inst, keys) + penalty * load, load, inst.instance_id)
+            if best_rank is None or rank < best_rank:
+                best, best_rank = inst, rank
+        return best
+
+
+def _by_load(inst: ServingInstance) -> tuple[int, int]:
+    return inst.load, inst.instance_id
 
 
 class StickySessions(Router):
