@@ -47,12 +47,15 @@ class QueueParams(BaseModel):
 class Entry:
     """Per-node policy state: queue membership, position key and small policy fields."""
 
-    __slots__ = ("queue", "key", "ver", "freq", "flag")
+    __slots__ = ("queue", "key", "ver", "pushed", "freq", "flag")
 
     def __init__(self):
         self.queue: Queue | None = None
         self.key: tuple = ()
         self.ver = 0
+        #: The ``ver`` of this entry's newest heap push: equal to ``ver`` while the queue's heap
+        #: holds the entry's current ``(key, ver)`` (every change of key or state bumps ``ver``).
+        self.pushed = -1
         self.freq = 0
         self.flag = False
 
@@ -139,6 +142,10 @@ class QueuePolicy(EvictionPolicy):
         # run have distinct start blocks). Not in ``cascade`` mode: its descent breaks ties
         # between siblings by node id, which a split renews and an in-place trim does not.
         self.trim_in_place = self.mode != "cascade"
+        # A policy whose path-touch does nothing (FIFO, vLLM) needs no per-node notifications.
+        cls = type(self)
+        if cls.on_access is QueuePolicy.on_access and cls._on_touch is QueuePolicy._on_touch:
+            self.access_leaf_only = self.access_evictable_only = True
         self._seq = 0
         self.skipped_entries = 0  # ineligible entries passed over (spec: report the skip count)
 
@@ -156,11 +163,14 @@ class QueuePolicy(EvictionPolicy):
     def _push(self, node) -> None:
         entry = node.policy_data
         entry.ver += 1
+        entry.pushed = entry.ver
         heapq.heappush(entry.queue.heap, (entry.key, entry.ver, node))
 
     def _push_if_eligible(self, node) -> None:
         entry = node.policy_data
-        if entry is not None and entry.queue is not None and self._eligible(node):
+        # An entry whose current (key, ver) is already in the heap is not pushed again (vLLM's
+        # release then candidate notifications): the duplicate would rank the same.
+        if entry is not None and entry.queue is not None and entry.pushed != entry.ver and self._eligible(node):
             self._push(node)
 
     def _place(self, node, queue: Queue) -> None:
