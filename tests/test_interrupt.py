@@ -98,10 +98,12 @@ def test_stop_request_in_process(small_scenario_yaml):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [1, 2], ids=["in-process", "process-pool"])
-def test_sigint_during_sweep_keeps_finished_cells_and_rerun_resumes(small_scenario_yaml, tmp_path, workers):
-    """Ctrl-C reaches the whole process group: the sweep exits 130 at once, pool workers die
-    with it (none is left holding the terminal's pipes), finished cells stay and a rerun resumes."""
+@pytest.mark.parametrize("executor", [["--workers", "1"], ["--workers", "2"], ["--dask", "local", "--workers", "2"]],
+                         ids=["in-process", "process-pool", "dask-local"])
+def test_sigint_during_sweep_keeps_finished_cells_and_rerun_resumes(small_scenario_yaml, tmp_path, executor):
+    """Ctrl-C reaches the whole process group: the sweep exits 130 at once without a traceback
+    (from any process: Dask workers leave it to the client), workers die with it (none is left
+    holding the terminal's pipes), finished cells stay and a rerun resumes."""
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(f"""
 name: interrupt-me
@@ -114,7 +116,7 @@ axes:
 """)
     out = tmp_path / "out"
     process = subprocess.Popen([sys.executable, "-m", "agentsim.cli", "sweep", str(sweep), "--out", str(out),
-                                "--workers", str(workers), "-q"], cwd=ROOT, stdout=subprocess.PIPE,
+                                *executor, "-q"], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.time() + 180

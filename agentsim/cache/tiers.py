@@ -395,6 +395,7 @@ class TieredCache:
     def unpin(self, node: TNode) -> None:
         hbm = self.tiers[0]
         on_candidate = hbm.policy.on_candidate
+        below_in_hbm = False  # the path's node below this one is HBM-resident
         while node.parent is not None:
             node.lock_ref -= 1
             if node.lock_ref < 0:
@@ -402,8 +403,10 @@ class TieredCache:
             entry = node.entries[0]
             if node.lock_ref == 0 and entry is not None:
                 hbm.policy.on_release(entry)
-                if hbm.is_evictable(entry):
+                # A node with an HBM child is no HBM leaf: skip the children scan for it.
+                if not below_in_hbm and hbm.is_evictable(entry):
                     on_candidate(entry)
+            below_in_hbm = entry is not None
             node = node.parent
 
     def reserve(self, n_blocks: int, now_s: float) -> bool:

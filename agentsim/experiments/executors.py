@@ -15,6 +15,7 @@ callers must not depend on it.
 from __future__ import annotations
 
 import os
+import signal
 from typing import Iterable, Iterator
 
 from agentsim.errors import InputError
@@ -54,8 +55,6 @@ def _worker_ignores_interrupts() -> None:
     has stopped, and hang there holding the terminal's pipes open. So a worker ignores SIGINT
     and dies at once on SIGTERM, which is how the parent stops it.
     """
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
@@ -133,8 +132,15 @@ class DaskExecutor:
         if address == "local":
             n = workers or default_workers()
             # processes=True: the scheduler's workers are separate processes (no GIL sharing).
-            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                        dashboard_address=None, silence_logs=40)
+            # Worker processes start with SIGINT ignored (inherited through fork and exec):
+            # Ctrl-C reaches the whole process group, and only this process should act on it,
+            # closing the cluster in order instead of every nanny printing its own traceback.
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                            dashboard_address=None, silence_logs=40)
+            finally:
+                signal.signal(signal.SIGINT, previous)
             self.client = Client(self.cluster)
             self.description = f"dask LocalCluster, {n} worker processes"
         else:
