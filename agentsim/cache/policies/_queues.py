@@ -27,7 +27,8 @@ Tree modes (``tree_mode`` parameter, section 1.4):
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from itertools import repeat
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -102,9 +103,11 @@ class Ghost:
     def trim(self, limit_blocks: int) -> None:
         """Drop the oldest keys (of a batch, the deepest: evicted first) down to ``limit_blocks``."""
         member = self._member
-        popitem = member.popitem
-        for _ in range(len(member) - max(0, limit_blocks)):
-            popitem(last=False)
+        excess = len(member) - max(0, limit_blocks)
+        if excess == 1:
+            member.popitem(False)
+        elif excess > 1:  # popitem(False) called ``excess`` times from C, no bytecode per key
+            deque(map(member.popitem, repeat(False, excess)), maxlen=0)
 
     def discard(self, keys) -> None:
         pop = self._member.pop
@@ -120,6 +123,10 @@ class Ghost:
 
     def any_of(self, keys: list[int]) -> bool:
         return bool(self._member) and not self._member.keys().isdisjoint(keys)
+
+    def members_of(self, keys: list[int]) -> set[int]:
+        """The members among ``keys`` (one C-level intersection)."""
+        return self._member.keys() & keys if self._member else set()
 
     def state_bytes(self) -> int:
         return 16 * len(self._member)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from agentsim.cache.policies import EVICTION_POLICIES
-from agentsim.cache.policies._queues import (Ghost, Queue, QueueParams, QueuePolicy, lookup_ghost_hits, split_by_membership)
+from agentsim.cache.policies._queues import (Ghost, Queue, QueueParams, QueuePolicy, split_by_membership)
 
 
 class S3FIFOParams(QueueParams):
@@ -48,9 +48,8 @@ class S3FIFO(QueuePolicy):
         self.ghost = Ghost(int(cap * self.params.ghost_ratio))
 
     def on_lookup(self, keys, hit_blocks, now_s):
-        found = lookup_ghost_hits([self.ghost], keys, hit_blocks)
-        self._ghost_hits = {key for key, _ in found}
-        if found:
+        self._ghost_hits = self.ghost.members_of(keys[hit_blocks:])
+        if self._ghost_hits:
             self.ghost.discard(self._ghost_hits)
 
     def _admit_new(self, node, now_s):

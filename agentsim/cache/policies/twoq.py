@@ -14,8 +14,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from agentsim.cache.policies import EVICTION_POLICIES
-from agentsim.cache.policies._queues import (Ghost, Queue, QueueParams, QueuePolicy, lookup_ghost_hits,
-                                             split_by_membership)
+from agentsim.cache.policies._queues import Ghost, Queue, QueueParams, QueuePolicy, split_by_membership
 
 
 class TwoQParams(QueueParams):
@@ -42,9 +41,8 @@ class TwoQ(QueuePolicy):
         self.a1out = Ghost(int(cache.capacity_blocks * self.params.out_ratio))
 
     def on_lookup(self, keys, hit_blocks, now_s):
-        found = lookup_ghost_hits([self.a1out], keys, hit_blocks)
-        self._ghost_hits = {key for key, _ in found}
-        if found:
+        self._ghost_hits = self.a1out.members_of(keys[hit_blocks:])
+        if self._ghost_hits:
             self.a1out.discard(self._ghost_hits)
 
     def _admit_new(self, node, now_s):
