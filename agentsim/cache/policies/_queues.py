@@ -77,8 +77,8 @@ class Ghost:
 
     Keys are stored per block because a re-inserted run may overlap an evicted one only in
     part. The FIFO is an ``OrderedDict`` in insertion order: adding a batch appends its keys
-    not yet present (a present key keeps its place) with one C-level update, and trimming pops
-    from the old end in O(1) per key (a plain dict would rescan its deleted front entries).
+    not yet present (a present key keeps its place), and trimming pops from the old end in O(1)
+    per key (a plain dict would rescan its deleted front entries).
     """
 
     def __init__(self, capacity_blocks: int):
@@ -96,7 +96,8 @@ class Ghost:
         if self.capacity_blocks == 0 or not keys:
             return
         member = self._member
-        member.update(dict.fromkeys(keys))
+        for key in keys:  # faster than OrderedDict.update; a present key keeps its place
+            member[key] = None
         if len(member) > self.capacity_blocks:
             self.trim(self.capacity_blocks)
 
@@ -118,6 +119,10 @@ class Ghost:
         """Drop ``key``; True if it was a member."""
         return self._member.pop(key, _ABSENT) is not _ABSENT
 
+    def remove(self, key: int) -> bool:
+        """Drop ``key``; True if it was a member."""
+        return self._member.pop(key, _ABSENT) is not _ABSENT
+
     def __contains__(self, key: int) -> bool:
         return key in self._member
 
@@ -130,6 +135,9 @@ class Ghost:
 
     def state_bytes(self) -> int:
         return 16 * len(self._member)
+
+
+_ABSENT = object()
 
 
 _ABSENT = object()
@@ -351,17 +359,3 @@ def split_by_membership(cache, node, members) -> list[tuple[object, bool]]:
     parts.append((node, flags[start]))
     parts.reverse()
     return parts
-
-
-def lookup_ghost_hits(ghosts, keys, hit_blocks) -> list[tuple[int, int]]:
-    """``(key, ghost index)`` for the missing keys found in one of ``ghosts``, deepest first."""
-    missing = keys[hit_blocks:]
-    if not missing or not any(g.any_of(missing) for g in ghosts):
-        return []
-    found = []
-    for key in reversed(missing):
-        for index, ghost in enumerate(ghosts):
-            if key in ghost:
-                found.append((key, index))
-                break
-    return found

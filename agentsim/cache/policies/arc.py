@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 
 from agentsim.cache.policies import EVICTION_POLICIES
-from agentsim.cache.policies._queues import Ghost, Queue, QueuePolicy, lookup_ghost_hits, split_by_membership
+from agentsim.cache.policies._queues import Ghost, Queue, QueuePolicy, split_by_membership
 
 
 @EVICTION_POLICIES.register("arc")
@@ -44,18 +44,30 @@ class ARC(QueuePolicy):
         self.b2 = Ghost(2 * self.c)
 
     def on_lookup(self, keys, hit_blocks, now_s):
-        found = lookup_ghost_hits([self.b1, self.b2], keys, hit_blocks)
-        self._ghost_hits = {key for key, _ in found}
+        missing = keys[hit_blocks:]
+        in_b1 = self.b1.members_of(missing)
+        in_b2 = self.b2.members_of(missing)
         self._pending_b2 = deque()
-        for key, index in found:  # deepest first, as a per-block stream would see them
-            b1, b2 = len(self.b1), len(self.b2)
-            if index == 0:
-                self.p = min(self.p + max(b2 // b1, 1), self.c)
-                self.b1.discard((key,))
+        if not in_b1 and not in_b2:
+            self._ghost_hits = set()
+            return
+        self._ghost_hits = hits = in_b1 | in_b2
+        b1, b2 = self.b1, self.b2
+        n1, n2 = len(b1), len(b2)
+        p, c = self.p, self.c
+        pending = self._pending_b2
+        for key in reversed(missing):  # deepest first, as a per-block stream would see them
+            if key not in hits:
+                continue
+            if key in in_b1:  # membership as found before any removal; B1 first
+                p = min(p + max(n2 // n1, 1), c)
+                n1 -= b1.remove(key)
+                pending.append(False)
             else:
-                self.p = max(self.p - max(b1 // b2, 1), 0)
-                self.b2.discard((key,))
-            self._pending_b2.append(index == 1)
+                p = max(p - max(n1 // n2, 1), 0)
+                n2 -= b2.remove(key)
+                pending.append(True)
+        self.p = p
 
     def _admit_new(self, node, now_s):
         for part, was_ghost in split_by_membership(self.cache, node, self._ghost_hits):
