@@ -49,6 +49,10 @@ class GDSF(KeyedLeafPolicy):
     """Greedy-Dual-Size-Frequency with position-aware recompute cost."""
 
     Params = GDSFParams
+    # A partly evicted leaf is shortened in place and repriced as the split's upper part would
+    # be (see on_remove); the renewed node id keeps the split's tie-break.
+    trim_in_place = True
+    trim_renews_id = True
 
     def __init__(self, params=None):
         super().__init__(params)
@@ -62,9 +66,10 @@ class GDSF(KeyedLeafPolicy):
         b = p.block_tokens
         return b * (2.0 * p.active_params + 2.0 * p.attn_coeff * (block_index * b + b / 2.0))
 
-    def cost(self, node) -> float:
-        """Relative miss cost of ``node``'s deepest block (recomputing block 0 costs 1)."""
-        recompute = self._raw_cost(node.end_block - 1)
+    def cost(self, node, end_block: int | None = None) -> float:
+        """Relative miss cost of ``node``'s deepest block (recomputing block 0 costs 1); with
+        ``end_block``, of the block before it (``node`` shortened to end there)."""
+        recompute = self._raw_cost((node.end_block if end_block is None else end_block) - 1)
         p = self.params
         if p.tier_aware and p.cost_model == "flops" and _has_copy_below(node):
             load_s = p.block_tokens * p.kv_bytes_per_token / p.load_bandwidth_bytes_per_s
@@ -96,6 +101,11 @@ class GDSF(KeyedLeafPolicy):
     def on_remove(self, node, blocks, reason):
         if reason == "capacity" and node.policy_data is not None:
             self.inflation = max(self.inflation, node.policy_data)
+        if node.alive and node.policy_data is not None:
+            # Trimmed in place: priced as on_split prices the upper part that remains.
+            frequency = node.hit_count + 1
+            node.policy_data = node.policy_data - frequency * self.cost(node) \
+                + frequency * self.cost(node, node.end_block - blocks)
 
 
 def _has_copy_below(entry) -> bool:

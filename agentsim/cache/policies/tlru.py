@@ -32,6 +32,10 @@ class TLRU(KeyedLeafPolicy):
 
     Params = TLRUParams
     merge_runs = False
+    # A partly evicted leaf keeps its high-water mark and is re-keyed, as the split's upper
+    # part would be; the renewed node id keeps the split's tie-break.
+    trim_in_place = True
+    trim_renews_id = True
 
     def __init__(self, params=None):
         super().__init__(params)
