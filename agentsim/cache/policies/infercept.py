@@ -177,6 +177,18 @@ class InferCept(PinWrapper):
                 self._discarded.pop(n, None)
         super().on_remove(node, blocks, reason)
 
+    def _adopt_trim_in_place(self) -> None:
+        """Always split: a pending discard holds an unpinned node until the next timer; a split
+        of it leaves that object dead (the discard then does nothing), an in-place trim would not."""
+
+    @property
+    def access_leaf_only(self) -> bool:
+        return not self._discarded and PinWrapper.access_leaf_only.fget(self)
+
+    @property
+    def access_evictable_only(self) -> bool:
+        return not self._discarded and PinWrapper.access_evictable_only.fget(self)
+
     def pop_victim(self, now_s):
         if self._discarded:
             view = self.cache

@@ -53,6 +53,15 @@ class _Delegate(EvictionPolicy):
         self.merge_runs = base_cls.merge_runs
         self.allows_orphans = self.base.allows_orphans
 
+    def _adopt_trim_in_place(self) -> None:
+        """Trim in place when the bound base is a key-only policy that does (LRU, LFU, Belady,
+        GDSF, T-LRU): with a renewed node id, the wrapper's and the base's orderings see the
+        shortened node exactly as the split's upper part. Wrappers call this at bind, after
+        binding the base, when their own hooks handle a node that stays alive in ``on_remove``."""
+        if self.base.trim_in_place and isinstance(self.base, KeyedLeafPolicy):
+            self.trim_in_place = True
+            self.trim_renews_id = True
+
     def on_insert(self, node, now_s):
         self.base.on_insert(node, now_s)
 
@@ -103,11 +112,7 @@ class TTLExpiry(_Delegate):
         # the wrapper too (the base sets them at bind).
         self.access_leaf_only = self.base.access_leaf_only
         self.access_evictable_only = self.base.access_evictable_only
-        # A key-only base (LRU, LFU, Belady) trims a leaf in place; with a renewed node id the
-        # deadline heap and the base's heap rank it exactly as the split's upper part.
-        if self.base.trim_in_place and isinstance(self.base, KeyedLeafPolicy):
-            self.trim_in_place = True
-            self.trim_renews_id = True
+        self._adopt_trim_in_place()  # the deadline heap breaks ties by node id, renewed
 
     def deadline_s(self, node) -> float:
         anchor = node.last_access_s if self.params.refresh_on_hit else node.created_s

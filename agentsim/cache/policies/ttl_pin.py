@@ -103,6 +103,17 @@ class PinWrapper(_Delegate):
     def bind(self, cache):
         super().bind(cache)
         self.base.bind(cache)
+        self._adopt_trim_in_place()
+
+    # Path-touch shortcuts of the base hold while no node carries a release tag (on_access
+    # only drops tags); the cache reads these before every path-touch.
+    @property
+    def access_leaf_only(self) -> bool:
+        return self.base.access_leaf_only and not self._released
+
+    @property
+    def access_evictable_only(self) -> bool:
+        return self.base.access_evictable_only and not self._released
 
     @property
     def tree(self):
@@ -199,7 +210,9 @@ class PinWrapper(_Delegate):
             if tag is not None:
                 if reason == "capacity":
                     self.evicted_after[tag] += blocks
-                if not n.alive or reason != "capacity":
+                # A node trimmed in place (alive, not a tier entry) keeps its tag, as the upper
+                # part of a split inherits it.
+                if not n.alive or (reason != "capacity" and n is not node):
                     self._released.pop(n, None)
         super().on_remove(node, blocks, reason)
 
