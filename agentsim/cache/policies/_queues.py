@@ -152,6 +152,7 @@ class QueuePolicy(EvictionPolicy):
         super().__init__(params)
         self.mode: str = self.params.tree_mode
         self.allows_orphans = self.mode == "flat"
+        self._leaf_only = self.mode == "leaf_only"
         # Trimming a leaf in place keeps its position key (seq, -start_block) exactly as the
         # split's upper part would, and node ids never decide the queue order (parts of one
         # run have distinct start blocks). Not in ``cascade`` mode: its descent breaks ties
@@ -170,22 +171,27 @@ class QueuePolicy(EvictionPolicy):
         return self.cache.capacity_blocks
 
     # --- eligibility and queue primitives ---------------------------------------------------
+    # The hot paths below inline this rule (they run for every notification and heap pop).
     def _eligible(self, node) -> bool:
         if not node.alive or node.lock_ref or node.parent is None:
             return False
-        return self.mode != "leaf_only" or not node.children
+        return not self._leaf_only or not node.children
 
     def _push(self, node) -> None:
+        # Heap items are flat, (seq, -start_block, node_id, ver, node): the same order as
+        # (key, ver, node) with cheaper comparisons.
         entry = node.policy_data
         entry.ver += 1
-        entry.pushed = entry.ver
-        heapq.heappush(entry.queue.heap, (entry.key, entry.ver, node))
+        entry.pushed = ver = entry.ver
+        seq, neg_start, node_id = entry.key
+        heapq.heappush(entry.queue.heap, (seq, neg_start, node_id, ver, node))
 
     def _push_if_eligible(self, node) -> None:
         entry = node.policy_data
         # An entry whose current (key, ver) is already in the heap is not pushed again (vLLM's
         # release then candidate notifications): the duplicate would rank the same.
-        if entry is not None and entry.queue is not None and entry.pushed != entry.ver and self._eligible(node):
+        if (entry is not None and entry.queue is not None and entry.pushed != entry.ver and node.alive
+                and not node.lock_ref and node.parent is not None and not (self._leaf_only and node.children)):
             self._push(node)
 
     def _place(self, node, queue: Queue) -> None:
@@ -198,7 +204,8 @@ class QueuePolicy(EvictionPolicy):
         entry.queue = queue
         self._seq += 1
         entry.key = (self._seq, -node.start_block, node.node_id)
-        if self._eligible(node):
+        if (node.alive and not node.lock_ref and node.parent is not None
+                and not (self._leaf_only and node.children)):
             self._push(node)
         else:
             entry.ver += 1
@@ -206,14 +213,17 @@ class QueuePolicy(EvictionPolicy):
     def _front(self, queue: Queue):
         """Oldest eligible member of ``queue`` (not removed), or None."""
         heap = queue.heap
+        heappop = heapq.heappop
+        leaf_only = self._leaf_only
         while heap:
-            _key, ver, node = heap[0]
+            item = heap[0]
+            node = item[4]
             entry = node.policy_data
-            if entry is None or entry.queue is not queue or entry.ver != ver or not node.alive:
-                heapq.heappop(heap)
+            if entry is None or entry.queue is not queue or entry.ver != item[3] or not node.alive:
+                heappop(heap)
                 continue
-            if not self._eligible(node):
-                heapq.heappop(heap)
+            if node.lock_ref or node.parent is None or (leaf_only and node.children):  # not eligible
+                heappop(heap)
                 entry.ver += 1
                 self.skipped_entries += 1
                 continue
