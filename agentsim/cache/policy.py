@@ -67,6 +67,7 @@ class EvictionPolicy:
         self.cache = cache
 
     # --- notifications (the cache calls these) -------------------------------------------
+    # A RadixCache skips on_lookup and on_release when the policy's class keeps these no-ops.
     def on_insert(self, node: "Node", now_s: float) -> None:
         """A new node (a run of freshly written blocks) joined the cache."""
 

@@ -65,6 +65,11 @@ class Match(NamedTuple):
     hit_blocks: int
 
 
+def _new_match(node: Node, hit_blocks: int) -> Match:
+    """``Match(node, hit_blocks)`` without the generated ``__new__``'s extra Python frame."""
+    return tuple.__new__(Match, (node, hit_blocks))
+
+
 def iter_subtree(root):
     """Every node below ``root`` (depth first; ``root`` itself excluded)."""
     stack = list(root.children.values())
@@ -137,6 +142,10 @@ class RadixCache:
         #: unpin whether a released, childless node is kept or freed at once.
         self.admission = None
         policy.bind(self)
+        # Hooks a policy leaves as the base class's no-ops are not called on the hot paths.
+        cls = type(policy)
+        self._notify_lookup = cls.on_lookup is not EvictionPolicy.on_lookup
+        self._notify_release = cls.on_release is not EvictionPolicy.on_release
 
     # --- helpers ---------------------------------------------------------------------
     def _new_node(self, parent: Node, keys: list[int], start_block: int, now_s: float) -> Node:
@@ -178,8 +187,9 @@ class RadixCache:
         if touch:
             if node is not self.root:
                 self._touch_path(node, now_s, hit=True)
-            self.policy.on_lookup(keys, pos, now_s)
-        return Match(node, pos)
+            if self._notify_lookup:
+                self.policy.on_lookup(keys, pos, now_s)
+        return _new_match(node, pos)
 
     def split(self, node: Node, offset: int) -> Node:
         """Split ``node`` after ``offset`` blocks (0 < offset < n_blocks); returns the new upper node.
@@ -227,7 +237,7 @@ class RadixCache:
         """
         policy = self.policy
         on_candidate = policy.on_candidate
-        on_release = policy.on_release
+        on_release = policy.on_release if self._notify_release else None
         admission = self.admission
         while node.parent is not None:
             node.lock_ref -= 1
@@ -235,7 +245,8 @@ class RadixCache:
                 raise InvariantViolation(f"negative lock_ref on {node!r}")
             parent = node.parent
             if node.lock_ref == 0:
-                on_release(node)
+                if on_release is not None:
+                    on_release(node)
                 if not node.children:
                     if admission is not None and not admission.admit(node, self):
                         self.remove_tail(node, len(node.keys), "admission")
@@ -287,21 +298,23 @@ class RadixCache:
         children; its resident descendants then become orphans (counted, never hit).
         """
         if n_blocks < len(node.keys):
-            if self.policy.trim_in_place and not node.children:
+            policy = self.policy
+            if policy.trim_in_place and not node.children:
                 # Shorten the leaf: no node is created and the policy re-reads its key. The
                 # policy hears of the removal first, while node.keys[-n_blocks:] are the blocks.
-                self.policy.on_remove(node, n_blocks, reason)
+                policy.on_remove(node, n_blocks, reason)
                 node.keys = node.keys[:-n_blocks]
-                if self.policy.trim_renews_id:
+                if policy.trim_renews_id:
                     node.node_id = self._next_id
                     self._next_id += 1
                 if node.orphan:
                     self.orphan_blocks -= n_blocks
                 self.used_blocks -= n_blocks
                 self.evicted_blocks += n_blocks
-                self.evicted_by_reason[reason] = self.evicted_by_reason.get(reason, 0) + n_blocks
+                by_reason = self.evicted_by_reason
+                by_reason[reason] = by_reason.get(reason, 0) + n_blocks
                 if node.lock_ref == 0:
-                    self.policy.on_candidate(node)
+                    policy.on_candidate(node)
                 return
             upper = self._split(node, len(node.keys) - n_blocks)
         else:
