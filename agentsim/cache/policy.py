@@ -67,7 +67,8 @@ class EvictionPolicy:
         self.cache = cache
 
     # --- notifications (the cache calls these) -------------------------------------------
-    # A RadixCache skips on_lookup and on_release when the policy's class keeps these no-ops.
+    # A RadixCache skips on_lookup and on_release when the policy's (bound) hooks are these
+    # no-ops; it decides when it is created.
     def on_insert(self, node: "Node", now_s: float) -> None:
         """A new node (a run of freshly written blocks) joined the cache."""
 

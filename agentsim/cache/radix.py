@@ -65,6 +65,11 @@ class Match(NamedTuple):
     hit_blocks: int
 
 
+def _is_noop(hook, noop) -> bool:
+    """Whether the bound method ``hook`` is the base class's no-op ``noop``."""
+    return getattr(hook, "__func__", None) is noop
+
+
 def _new_match(node: Node, hit_blocks: int) -> Match:
     """``Match(node, hit_blocks)`` without the generated ``__new__``'s extra Python frame."""
     return tuple.__new__(Match, (node, hit_blocks))
@@ -142,10 +147,10 @@ class RadixCache:
         #: unpin whether a released, childless node is kept or freed at once.
         self.admission = None
         policy.bind(self)
-        # Hooks a policy leaves as the base class's no-ops are not called on the hot paths.
-        cls = type(policy)
-        self._notify_lookup = cls.on_lookup is not EvictionPolicy.on_lookup
-        self._notify_release = cls.on_release is not EvictionPolicy.on_release
+        # Hooks a policy leaves as the base class's no-ops (its own or, for a wrapper, its
+        # base's bound method) are not called on the hot paths.
+        self._notify_lookup = not _is_noop(policy.on_lookup, EvictionPolicy.on_lookup)
+        self._notify_release = not _is_noop(policy.on_release, EvictionPolicy.on_release)
 
     # --- helpers ---------------------------------------------------------------------
     def _new_node(self, parent: Node, keys: list[int], start_block: int, now_s: float) -> Node:

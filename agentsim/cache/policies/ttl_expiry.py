@@ -52,6 +52,11 @@ class _Delegate(EvictionPolicy):
         self.base = base_cls(EVICTION_POLICIES.validate_params(p.base, p.base_params))
         self.merge_runs = base_cls.merge_runs
         self.allows_orphans = self.base.allows_orphans
+        # Hooks the wrapper class does not override are the base's own bound methods: the
+        # cache calls them directly (no forwarding frame) and sees the base's no-ops as such.
+        for name in _FORWARDED:
+            if getattr(type(self), name) is getattr(_Delegate, name):
+                setattr(self, name, getattr(self.base, name))
 
     def _adopt_trim_in_place(self) -> None:
         """Trim in place when the bound base is a key-only policy that does (LRU, LFU, Belady,
@@ -91,6 +96,10 @@ class _Delegate(EvictionPolicy):
 
     def state_bytes(self):
         return self.base.state_bytes()
+
+
+_FORWARDED = ("on_insert", "on_access", "on_lookup", "on_release", "on_candidate", "on_split", "on_remove",
+              "pop_victim", "peek_victim")
 
 
 @EVICTION_POLICIES.register("ttl_expiry")
