@@ -111,8 +111,10 @@ class TTLExpiry(_Delegate):
     def __init__(self, params=None):
         super().__init__(params)
         self.ttl_s = self.params.ttl_s
+        self._refresh = self.params.refresh_on_hit
         self._deadlines: list = []  # (deadline_s, node_id, node)
         self.expired_blocks = 0
+        self._plain_leaf_rule = False
 
     def bind(self, cache):
         super().bind(cache)
@@ -122,47 +124,59 @@ class TTLExpiry(_Delegate):
         self.access_leaf_only = self.base.access_leaf_only
         self.access_evictable_only = self.base.access_evictable_only
         self._adopt_trim_in_place()  # the deadline heap breaks ties by node id, renewed
+        from agentsim.cache.radix import RadixCache
+
+        # The hot paths inline RadixCache.is_evictable when it is the cache's leaf rule.
+        self._plain_leaf_rule = type(cache).is_evictable is RadixCache.is_evictable
+
+    def _evictable(self, node) -> bool:
+        if self._plain_leaf_rule:
+            return node.alive and not node.lock_ref and not node.children and node.parent is not None
+        return self.cache.is_evictable(node)
 
     def deadline_s(self, node) -> float:
-        anchor = node.last_access_s if self.params.refresh_on_hit else node.created_s
-        return anchor + self.ttl_s
+        return (node.last_access_s if self._refresh else node.created_s) + self.ttl_s
 
     def _arm(self, node):
-        if math.isinf(self.ttl_s) or not self.cache.is_evictable(node):
+        if math.isinf(self.ttl_s) or not self._evictable(node):
             return
-        heapq.heappush(self._deadlines, (self.deadline_s(node), node.node_id, node))
+        deadline = (node.last_access_s if self._refresh else node.created_s) + self.ttl_s
+        heapq.heappush(self._deadlines, (deadline, node.node_id, node))
 
+    # The hooks call the base directly (as _Delegate's forwarding does), then arm.
     def on_insert(self, node, now_s):
-        super().on_insert(node, now_s)
+        self.base.on_insert(node, now_s)
         self._arm(node)
 
     def on_access(self, node, now_s, hit=False):
-        super().on_access(node, now_s, hit)
+        self.base.on_access(node, now_s, hit)
         self._arm(node)
 
     def on_candidate(self, node):
-        super().on_candidate(node)
+        self.base.on_candidate(node)
         self._arm(node)
 
     def on_split(self, upper, lower):
-        super().on_split(upper, lower)
+        self.base.on_split(upper, lower)
         self._arm(upper)
         self._arm(lower)
 
     def on_remove(self, node, blocks, reason):
         if reason == "ttl_expiry":
             self.expired_blocks += blocks
-        super().on_remove(node, blocks, reason)
+        self.base.on_remove(node, blocks, reason)
 
     def _clean_top(self):
         heap = self._deadlines
+        evictable = self._evictable
+        deadline_s = self.deadline_s
         while heap:
             deadline, _id, node = heap[0]
-            if node.alive and self.cache.is_evictable(node) and self.deadline_s(node) == deadline:
+            if node.alive and evictable(node) and deadline_s(node) == deadline:
                 return heap[0]
             heapq.heappop(heap)
-            if node.alive and self.cache.is_evictable(node) and self.deadline_s(node) > deadline:
-                heapq.heappush(heap, (self.deadline_s(node), node.node_id, node))
+            if node.alive and evictable(node) and deadline_s(node) > deadline:
+                heapq.heappush(heap, (deadline_s(node), node.node_id, node))
         return None
 
     def next_timer_s(self):
