@@ -37,6 +37,7 @@ back into HBM; the agent's next call waits for that load if it arrives first.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from typing import Callable
 
@@ -92,10 +93,21 @@ class NeverLoad(LoadRule):
 
 
 class _Running:
+    """A request in the batch.
+
+    While it prefills (or waits for its load), ``prefill_left``, ``context_tokens`` and
+    ``output_left`` are kept up to date. Once it decodes, every decoding request advances by
+    the same number of steps per iteration, so the instance advances one clock instead of
+    touching each of them (see :class:`_DecodingSet`): its ``context_tokens`` and
+    ``output_left`` are frozen at entry, and ``ctx_base`` and ``finish_clock`` say where it
+    stands relative to that clock.
+    """
+
     __slots__ = ("req", "node", "cached_blocks", "reserved_blocks", "prefill_left", "context_tokens", "output_left",
-                 "loaded", "prefill_done_s")
+                 "loaded", "prefill_done_s", "seq", "ctx_base", "finish_clock")
 
     def __init__(self, req: LLMRequest, node: Node, cached_blocks: int, reserved_blocks: int, hit_tokens: int):
+        self.seq = 0  # admission order on the instance (set when it joins the batch)
         self.req = req
         self.node = node
         self.cached_blocks = cached_blocks
@@ -105,6 +117,68 @@ class _Running:
         self.output_left = req.output_tokens
         self.loaded = True
         self.prefill_done_s = float("nan")
+
+
+class _DecodingSet:
+    """The decoding requests of a batch (prefill done, KV loaded), advanced lazily.
+
+    All of them take one step per iteration, so a shared ``clock`` (decode steps taken since
+    the instance started) replaces per-request counters: a request that joined at clock c0
+    with ``context_tokens`` x and ``output_left`` y has, at clock c, context x + (c - c0) and
+    y - (c - c0) output tokens left. The batch totals the timing model needs are then O(1):
+    ``len``, the summed context (``ctx_base_sum + len * clock``, ints, so exactly the sum a
+    scan would give), and the fewest output tokens left (a heap of finish clocks). Without
+    this every iteration touched every running request, which made the time per request
+    grow with the batch size.
+    """
+
+    __slots__ = ("clock", "count", "ctx_base_sum", "finish_heap", "pending")
+
+    def __init__(self):
+        self.clock = 0
+        self.count = 0
+        self.ctx_base_sum = 0
+        self.finish_heap: list[tuple[int, int, _Running]] = []
+        #: Requests whose load arrived during an iteration: they join after that iteration's
+        #: step (see :meth:`flush`), not taking a step they were not part of.
+        self.pending: list[_Running] = []
+
+    def flush(self) -> None:
+        """Add the requests that became ready during the last iteration."""
+        if self.pending:
+            for state in self.pending:
+                self.add(state)
+            self.pending = []
+
+    def add(self, state: _Running) -> None:
+        """``state`` starts decoding now with its current context and output left."""
+        state.ctx_base = state.context_tokens - self.clock
+        state.finish_clock = state.output_left + self.clock
+        self.count += 1
+        self.ctx_base_sum += state.ctx_base
+        heapq.heappush(self.finish_heap, (state.finish_clock, state.seq, state))
+
+    def context_tokens(self) -> int:
+        return self.ctx_base_sum + self.count * self.clock
+
+    def min_output_left(self) -> int:
+        return self.finish_heap[0][0] - self.clock
+
+    def pop_finished(self) -> list[_Running]:
+        """Remove and return the requests with no output left, in admission order."""
+        heap = self.finish_heap
+        done = []
+        while heap and heap[0][0] <= self.clock:
+            state = heapq.heappop(heap)[2]
+            self.count -= 1
+            self.ctx_base_sum -= state.ctx_base
+            # Materialise its counters (as a per-request scan would have left them).
+            state.context_tokens = state.ctx_base + self.clock
+            state.output_left = state.finish_clock - self.clock
+            done.append(state)
+        if len(done) > 1:
+            done.sort(key=lambda st: st.seq)
+        return done
 
 
 class _Prefetch:
@@ -138,7 +212,12 @@ class ServingInstance:
         self.on_finish = on_finish
         self.check_invariants = check_invariants
         self.waiting: deque[LLMRequest] = deque()
+        #: The batch in admission order; each is also either prefilling or loading
+        #: (``_prefilling``, in admission order) or decoding (``_decoding``).
         self.running: list[_Running] = []
+        self._prefilling: list[_Running] = []
+        self._decoding = _DecodingSet()
+        self._admitted = 0
         self.busy_s = 0.0
         self.iterations = 0
         self._wakeup = env.event()
@@ -225,7 +304,7 @@ class ServingInstance:
             hit_tokens = min(cached * block_tokens, req.prompt_tokens - 1)
             req.hit_tokens = hit_tokens
             req.admitted_s = now
-            self.running.append(_Running(req, match.node, cached, need, hit_tokens))
+            self._join(_Running(req, match.node, cached, need, hit_tokens))
 
     def _admit_with_holds(self) -> None:
         """Tiered admission when some waiting requests are held (prefetch stop rule, return
@@ -505,12 +584,23 @@ class ServingInstance:
                     tier_hits[origin] = tier_hits.get(origin, 0) + moved
                     self.tier_stats["prefetch_served_tokens"] += moved
         state = _Running(req, deepest, cached, need - load_blocks, hit_tokens)
-        self.running.append(state)
         if jobs:
             state.loaded = False
+        self._join(state)
+        if jobs:
             self.loading += 1
             self.env.process(self._load(state, deepest, load_blocks, jobs))
         return True
+
+    def _join(self, state: _Running) -> None:
+        """Add an admitted request to the batch."""
+        state.seq = self._admitted
+        self._admitted += 1
+        self.running.append(state)
+        if state.prefill_left > 0:
+            self._prefilling.append(state)
+        elif state.loaded:
+            self._decoding.add(state)
 
     def _load(self, state: _Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]]):
         """Move the chosen blocks up (all sources in parallel; disk/remote stage through DRAM)."""
@@ -529,6 +619,7 @@ class ServingInstance:
             req.first_token_s = now
             state.output_left -= 1
             state.context_tokens += 1
+            self._decoding.pending.append(state)  # joins after the iteration in progress, if any
         if self.check_invariants:
             self.cache.check_invariants()
         if not self._wakeup.triggered:
@@ -562,21 +653,24 @@ class ServingInstance:
         self.on_finish(req)
 
     def _complete(self) -> None:
-        still = []
-        for state in self.running:
-            if state.prefill_left == 0 and state.output_left <= 0:
+        """Finish the requests with no output left, in admission order."""
+        if self._decoding.finish_heap and self._decoding.min_output_left() <= 0:
+            finished = self._decoding.pop_finished()
+            # One list rebuild per completion, not per iteration.
+            gone = {state.seq for state in finished}
+            self.running = [state for state in self.running if state.seq not in gone]
+            for state in finished:
                 self._finish(state)
-            else:
-                still.append(state)
-        self.running = still
         if self.check_invariants:
             self.cache.check_invariants()
 
     def _loop(self):
         env = self.env
         cost = self.cost
+        decoding = self._decoding
         while True:
             self._admit()
+            decoding.flush()
             # Arrivals so far have been considered; only later ones should wake us.
             if self._wakeup.triggered:
                 self._wakeup = env.event()
@@ -584,23 +678,24 @@ class ServingInstance:
                 yield self._wakeup
                 continue
             if self.loading:
-                overlap = self.overlap_layers
-                prefilling = [s for s in self.running if s.prefill_left > 0 and (s.loaded or overlap)]
-                if not prefilling and not any(s.loaded and s.prefill_left == 0 for s in self.running):
+                prefilling = self._prefilling if self.overlap_layers else [s for s in self._prefilling if s.loaded]
+                if not prefilling and not decoding.count:
                     yield self._wakeup  # everything waits on loads
                     continue
             else:
-                prefilling = [s for s in self.running if s.prefill_left > 0]
+                prefilling = self._prefilling
             if prefilling:
                 yield from self._prefill_iteration(prefilling, cost)
             else:
                 yield from self._decode_stretch(cost)
+            decoding.flush()
             self._complete()
 
     def _prefill_iteration(self, prefilling: list[_Running], cost: RooflineCostModel):
         env = self.env
-        decoding = [s for s in self.running if s.prefill_left == 0 and s.loaded]
-        budget = max(1, self.chunk_tokens - len(decoding))
+        decoding = self._decoding
+        n_decoding = decoding.count
+        budget = max(1, self.chunk_tokens - n_decoding)
         chunks = []
         flops = 0.0
         for state in prefilling:
@@ -610,32 +705,35 @@ class ServingInstance:
             budget -= n
             flops += cost.prefill_flops(n, state.context_tokens)
             chunks.append((state, n))
-        decode_context = sum(s.context_tokens for s in decoding)
-        duration = cost.iteration_s(flops, len(chunks), len(decoding), decode_context)
+        duration = cost.iteration_s(flops, len(chunks), n_decoding, decoding.context_tokens())
         yield env.timeout(duration)
         self.busy_s += duration
         self.iterations += 1
         now = env.now
+        decoding.clock += 1  # the decoding requests' step; those finishing prefill now join after it
+        prefill_done = False
         for state, n in chunks:
             state.prefill_left -= n
             state.req.prefilled_tokens += n
             state.context_tokens += n
             if state.prefill_left == 0:
+                prefill_done = True
                 state.prefill_done_s = now
                 if state.loaded:
                     state.req.first_token_s = now
                     state.output_left -= 1
                     state.context_tokens += 1
-        for state in decoding:
-            state.output_left -= 1
-            state.context_tokens += 1
+                    decoding.add(state)
+        if prefill_done:
+            self._prefilling = [s for s in self._prefilling if s.prefill_left > 0]
 
     def _decode_stretch(self, cost: RooflineCostModel):
         env = self.env
-        running = self.running if not self.loading else [s for s in self.running if s.loaded]
-        n = len(running)
-        context = sum(s.context_tokens for s in running)
-        steps = min(s.output_left for s in running)
+        # Only decoding requests are left (no prefill is possible now), loads aside.
+        decoding = self._decoding
+        n = decoding.count
+        context = decoding.context_tokens()
+        steps = decoding.min_output_left()
         start = env.now
         full_s = cost.decode_stretch_s(n, context, steps)
         timeout = env.timeout(full_s)
@@ -652,6 +750,4 @@ class ServingInstance:
             yield timeout
         self.busy_s += env.now - start
         self.iterations += steps
-        for state in running:
-            state.output_left -= steps
-            state.context_tokens += steps
+        decoding.clock += steps
