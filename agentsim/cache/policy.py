@@ -37,9 +37,11 @@ class EvictionPolicy:
     merge_runs: ClassVar[bool] = False
     #: True if the cache may evict part of a leaf by shortening it in place (the node stays,
     #: alive, as the kept upper part) instead of splitting off the evicted tail as a dead node.
-    #: Only for policies whose per-node state is just a key the cache re-reads via
-    #: ``on_candidate`` (LRU); ``on_remove`` is then told before the node is shortened (its
-    #: removed blocks are ``node.keys[-blocks:]``, as for any removal) and the node stays alive.
+    #: ``on_remove`` is then told before the node is shortened, with the node still alive (its
+    #: removed blocks are ``node.keys[-blocks:]``), and ``on_candidate`` after: the policy must
+    #: leave the node in the state a split would give the upper part (a key re-read on
+    #: ``on_candidate`` for LRU; queue position, ghost keys, sketch counts or price updated in
+    #: ``on_remove`` for the queue policies and GDSF). A tiered cache always splits.
     trim_in_place: ClassVar[bool] = False
     #: With ``trim_in_place``: the shortened node takes a fresh ``node_id`` (after
     #: ``on_remove``), the id the split's upper part would have had, so policies that break
