@@ -77,6 +77,12 @@ class KVFlow(EvictionPolicy):
         from agentsim.cache.radix import RadixCache
 
         self._plain_leaf_rule = type(cache).is_evictable is RadixCache.is_evictable
+        # A touched node that is not evictable only joins the candidate set, which both the
+        # scan and the heap rebuild filter by evictability (a node is announced again when it
+        # becomes evictable), so the cache may notify only evictable nodes, as for LRU.
+        if type(self).on_access is KVFlow.on_access:
+            self.access_evictable_only = True
+            self.access_leaf_only = self._plain_leaf_rule
 
     # --- candidates ----------------------------------------------------------------------------
     def _add(self, entry) -> None:
