@@ -60,8 +60,12 @@ def simulation_rates(scenario_path: Path) -> dict:
     start = time.perf_counter()
     result = sim.run()
     wall = time.perf_counter() - start
-    return {"requests": result.summary["requests"], "wall_s": wall, "events": counting.events_processed,
-            "requests_per_wall_s": result.summary["requests"] / wall, "events_per_s": counting.events_processed / wall}
+    # Events happen only in the event loop (summary "wall_s"); the whole call also builds the
+    # record tables and runs the post-run diagnostics (e.g. the Belady headroom replay).
+    loop_s = result.summary["wall_s"]
+    return {"requests": result.summary["requests"], "wall_s": wall, "loop_s": loop_s,
+            "events": counting.events_processed, "requests_per_wall_s": result.summary["requests"] / wall,
+            "events_per_s": counting.events_processed / loop_s}
 
 
 def open_loop_rate(capacity_blocks: int = OPEN_LOOP_CAPACITY_BLOCKS) -> dict:
@@ -89,7 +93,9 @@ def rows(repeat: int = 3) -> list[Row]:
         if best is None or rates["wall_s"] < best["wall_s"]:
             best = rates
     out = [Row("timed sim events/s vs bare SimPy timeouts/s", f"{best['events_per_s']:,.0f}/s",
-               f"{bare:,.0f}/s", best["events_per_s"] / bare, (">=", 0.25))]
+               f"{bare:,.0f}/s", best["events_per_s"] / bare, (">=", 0.25),
+               f"{best['events']:,} events for {best['requests']:,} requests "
+               f"({best['events'] / best['requests']:.1f} per request) in an event loop of {best['loop_s']:.2f} s")]
     runs = [open_loop_rate() for _ in range(max(1, repeat))]
     best = max(runs, key=lambda r: r["rate"])
     call_s = min(r["call_s"] for r in runs)
@@ -115,7 +121,8 @@ def main() -> None:
     print(f"scenario: {args.scenario}")
     print(f"simulated requests: {best['requests']:,} in {best['wall_s']:.3f} s wall (best of {args.repeat})")
     print(f"simulated requests per wall second: {best['requests_per_wall_s']:,.0f}")
-    print(f"SimPy events per second in the simulation: {best['events_per_s']:,.0f}")
+    print(f"SimPy events per second in the event loop: {best['events_per_s']:,.0f} "
+          f"({best['events']:,} events, {best['events'] / best['requests']:.1f} per request)")
     print(f"bare SimPy timeouts per second (same process): {bare:,.0f}")
     print(f"ratio simulation events/s : bare SimPy timeouts/s = {best['events_per_s'] / bare:.3f}")
 
