@@ -609,11 +609,13 @@ class TieredCache:
         The caller has reserved HBM blocks for them and pins the path itself. Returns blocks."""
         blocks = 0
         node = deepest
+        lower = range(1, self.n_tiers)  # entries[0] is None on these nodes
         while node.parent is not None and node.entries[0] is None:
             node.loading += 1
-            pinned = tuple(t for t, entry in enumerate(node.entries) if entry is not None)
+            entries = node.entries
+            pinned = tuple([t for t in lower if entries[t] is not None])
             for t in pinned:
-                node.entries[t].io_ref += 1
+                entries[t].io_ref += 1
             if node.load_tiers is None:
                 node.load_tiers = [pinned]
             else:
