@@ -148,6 +148,9 @@ _scenario_case("scenario-unknown-policy", "  eviction: lru\n", "  eviction: lruu
 _scenario_case("scenario-unknown-tier-policy", "dram: {capacity_bytes: 20GB, eviction: lru,",
                "dram: {capacity_bytes: 20GB, eviction: lfru,",
                ["cache.tiers.dram.eviction.name", "'lfru'"])
+_scenario_case("scenario-flat-policy-in-a-tier", "dram: {capacity_bytes: 20GB, eviction: lru,",
+               "dram: {capacity_bytes: 20GB, eviction: vllm_lru,",
+               ["cache.tiers.dram.eviction", "tree_mode 'flat'", "tree_mode: leaf_only"])
 _scenario_case("scenario-invalid-policy-param", "  eviction: lru\n",
                "  eviction: {name: s3fifo, params: {small_ratio: 1.5}}\n",
                ["cache.eviction.params.small_ratio"])

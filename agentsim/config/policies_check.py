@@ -87,6 +87,7 @@ def check_components(scenario, source: str, lines: dict) -> None:
             tier = getattr(tiers, name, None)
             if tier is not None:
                 check_policy_ref(tier.eviction, ("cache", "tiers", name, "eviction"), source, lines)
+        check_no_orphans_in_tiers(scenario, source, lines)
         rule = tiers.load_rule
         check_registered(LOAD_RULES, rule.name, rule.params, ("cache", "tiers", "load_rule", "name"),
                          ("cache", "tiers", "load_rule", "params"), source, lines)
@@ -106,3 +107,24 @@ def check_components(scenario, source: str, lines: dict) -> None:
     serving = scenario.serving
     check_registered(ROUTERS, serving.router, serving.router_params, ("serving", "router"),
                      ("serving", "router_params"), source, lines)
+
+
+def check_no_orphans_in_tiers(scenario, source: str, lines: dict) -> None:
+    """A tiered cache keeps each tier's copies prefix-closed, so a policy that evicts runs with
+    resident descendants (``tree_mode: flat``, vLLM's block pool) cannot manage any of its
+    tiers: refuse it at load time rather than fail an invariant mid-run."""
+    from agentsim.cache.policies import EVICTION_POLICIES
+
+    refs = [(scenario.cache.eviction, ("cache", "eviction"))]
+    for name in ("dram", "disk", "remote"):
+        tier = getattr(scenario.cache.tiers, name, None)
+        if tier is not None:
+            refs.append((tier.eviction, ("cache", "tiers", name, "eviction")))
+    for ref, path in refs:
+        policy = EVICTION_POLICIES.get(ref.name)(EVICTION_POLICIES.validate_params(ref.name, ref.params))
+        if policy.allows_orphans:
+            raise InputError(
+                f"policy {ref.name!r} in tree_mode 'flat' evicts runs whose descendants stay resident, "
+                "which a tiered cache does not model (each tier keeps its copies prefix-closed); "
+                "set params: {tree_mode: leaf_only} (or cascade) for this tier",
+                source, _loc(lines, path))
