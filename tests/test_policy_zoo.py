@@ -17,12 +17,13 @@ def make(name, capacity, **params):
 
 
 def eviction_log(cache):
-    """Record (node first key, blocks, reason) of every removal, in order."""
+    """Record (first removed key, blocks, reason) of every removal, in order (the removed
+    blocks are the node's last ``blocks``: all of it, or its tail when trimmed in place)."""
     log = []
     original = cache.policy.on_remove
 
     def on_remove(node, blocks, reason):
-        log.append((node.keys[0], blocks, reason))
+        log.append((node.keys[len(node.keys) - blocks], blocks, reason))
         original(node, blocks, reason)
 
     cache.policy.on_remove = on_remove

@@ -29,9 +29,6 @@ class VLLMFreeQueueLRU(QueuePolicy):
     def __init__(self, params=None):
         super().__init__(params)
         self.queue = Queue("free")
-        # Split, not trimmed in place (same evictions either way): test_policy_zoo's eviction
-        # log identifies a partial eviction by the removed node's first key.
-        self.trim_in_place = False
 
     def _admit_new(self, node, now_s):
         self._place(node, self.queue)
