@@ -154,7 +154,7 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
     begin_request = getattr(policy_obj, "begin_request", None)
     set_future = getattr(policy_obj, "set_future", None)
     if set_future is not None:
-        set_future([r.block_keys.tolist() for r in requests])
+        set_future([r.block_keys for r in requests])  # array('q') each: indexed without lists
     hit_blocks = 0
     hit_tokens = 0
     input_tokens = 0

@@ -6,8 +6,9 @@ child's next use is never earlier than its parent's, and a run's deepest block h
 latest next use of the run, so restricting MIN to evictable leaves loses nothing.
 
 Feeding the future (the replay helper's API):
-* ``policy.set_future(requests)`` with the whole request sequence, each a list of block keys
-  (root first), builds a next-use index (key -> sorted request positions), O(total blocks);
+* ``policy.set_future(requests)`` with the whole request sequence, each a sequence of block
+  keys (a list, or a trace request's ``array("q")``; root first), builds a next-use index
+  (key -> sorted request positions), O(total blocks);
 * ``policy.begin_request(i)`` before serving request ``i`` (0-based); next use is counted
   strictly after the current request, so the request's own blocks (pinned anyway) never
   count as their own next use.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from array import array
 from typing import Sequence
 
 import numpy as np
@@ -55,11 +57,15 @@ class Belady(KeyedLeafPolicy):
         that do not fit in int64 fall back to the same index built in Python.
         """
         lengths = np.fromiter((len(keys) for keys in requests), dtype=np.int64, count=len(requests))
-        try:
-            keys = np.fromiter(itertools.chain.from_iterable(requests), dtype=np.int64, count=int(lengths.sum()))
-        except OverflowError:
-            self._set_future_python(requests)
-            return
+        if requests and all(type(keys) is array and keys.typecode == "q" for keys in requests):
+            # Trace requests' compact int64 key arrays: concatenated without one Python int per key.
+            keys = np.concatenate([np.frombuffer(keys, dtype=np.int64) for keys in requests])
+        else:
+            try:
+                keys = np.fromiter(itertools.chain.from_iterable(requests), dtype=np.int64, count=int(lengths.sum()))
+            except OverflowError:
+                self._set_future_python(requests)
+                return
         index = np.repeat(np.arange(len(requests), dtype=np.int64), lengths)
         order = np.argsort(keys, kind="stable")  # stable: request order kept within a key
         keys, index = keys[order], index[order]
