@@ -46,11 +46,15 @@ HBM = 0
 class TNode(Node):
     """A tree node with per-tier residency: ``entries[t]`` is its entry in tier t or None."""
 
-    __slots__ = ("entries", "loading", "load_tiers")
+    __slots__ = ("entries", "loading", "load_tiers", "tier_children")
 
     def __init__(self, node_id, parent, keys, start_block, now_s, n_tiers):
         super().__init__(node_id, parent, keys, start_block, now_s)
         self.entries: list[TierEntry | None] = [None] * n_tiers
+        #: ``tier_children[t]``: children resident in tier t (kept by ``_enter``/``_leave``/
+        #: ``_split``), so "is this a leaf of tier t" needs no scan of a shared prefix's
+        #: thousands of children.
+        self.tier_children: list[int] = [0] * n_tiers
         self.loading = 0  # in-flight loads towards HBM through this node
         # Tiers whose copies each in-flight load pinned (one tuple per load): copies made during
         # the load (a concurrent request recomputing the blocks into HBM) are not its to unpin.
@@ -163,11 +167,7 @@ class Tier:
             return False
         if self.index == HBM and node.lock_ref:
             return False
-        t = self.index
-        for child in node.children.values():
-            if child.entries[t] is not None:
-                return False
-        return True
+        return not node.tier_children[self.index]
 
     @property
     def resident_blocks(self) -> int:
@@ -280,6 +280,7 @@ class TieredCache:
                 up = TierEntry(upper, self.tiers[t])
                 up.io_ref = entry.io_ref
                 upper.entries[t] = up
+                upper.tier_children[t] = 1  # its one child, ``node``, is in the same tiers
         for t, entry in enumerate(node.entries):
             if entry is not None:
                 self.tiers[t].policy.on_split(upper.entries[t], entry)
@@ -289,6 +290,7 @@ class TieredCache:
         tier = self.tiers[t]
         entry = TierEntry(node, tier)
         node.entries[t] = entry
+        node.parent.tier_children[t] += 1
         tier.inserted_blocks += len(node.keys)
         tier.policy.on_insert(entry, now_s)
         # The parent stopped being a leaf of this tier.
@@ -469,6 +471,7 @@ class TieredCache:
         n = len(node.keys)
         entry.alive = False
         node.entries[t] = None
+        node.parent.tier_children[t] -= 1
         tier.used_blocks -= n
         tier.evicted_blocks += n
         tier.evicted_by_reason[reason] = tier.evicted_by_reason.get(reason, 0) + n
@@ -895,6 +898,10 @@ class TieredCache:
                     if not entry.alive or entry.node is not node or entry.io_ref < 0:
                         raise InvariantViolation(f"bad entry {entry!r}")
                     resident[t] += len(node.keys)
+            for t in range(self.n_tiers):
+                in_tier = sum(1 for child in node.children.values() if child.entries[t] is not None)
+                if node.tier_children[t] != in_tier:
+                    raise InvariantViolation(f"{node!r}: {node.tier_children[t]} children counted in tier {t}, {in_tier} there")
             exclusive_copies = sum(1 for t, e in enumerate(node.entries) if e is not None and t > 0 and not self.tiers[t].inclusive)
             if exclusive_copies and sum(1 for e in node.entries if e is not None) > 1 and not node.loading:
                 raise InvariantViolation(f"{node!r} resident in an exclusive tier and another tier")
