@@ -17,14 +17,14 @@ def _loc(lines: dict, path: tuple) -> str:
     return text
 
 
-def check_policy_ref(ref, path: tuple, source: str, lines: dict) -> None:
-    """Raise InputError if ``ref.name`` is not registered or ``ref.params`` do not validate."""
-    from agentsim.cache.policies import EVICTION_POLICIES
-
-    if ref.name not in EVICTION_POLICIES:
-        raise InputError(EVICTION_POLICIES.unknown_message(ref.name), source, _loc(lines, path + ("name",)))
+def check_registered(registry, name, params, name_path: tuple, params_path: tuple, source: str, lines: dict) -> None:
+    """Raise InputError if ``name`` is not in ``registry`` or ``params`` do not validate for it;
+    the message names the YAML line and path, and suggests the closest known parameter for an
+    unknown one."""
+    if name not in registry:
+        raise InputError(registry.unknown_message(name), source, _loc(lines, name_path))
     try:
-        EVICTION_POLICIES.validate_params(ref.name, ref.params)
+        registry.validate_params(name, params)
     except ValidationError as exc:
         error = exc.errors()[0]
         sub = tuple(error["loc"])
@@ -32,47 +32,28 @@ def check_policy_ref(ref, path: tuple, source: str, lines: dict) -> None:
         if error["type"] == "extra_forbidden":
             import difflib
 
-            model = EVICTION_POLICIES.params_model(ref.name)
+            model = registry.params_model(name)
             close = difflib.get_close_matches(str(sub[-1]), list(model.model_fields), n=1, cutoff=0.5) if model else []
-            message = f"unknown parameter {sub[-1]!r} for policy {ref.name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-        raise InputError(message, source, _loc(lines, path + ("params",) + sub)) from None
+            message = f"unknown parameter {sub[-1]!r} for {registry.kind} {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+        raise InputError(message, source, _loc(lines, params_path + sub)) from None
     except ValueError as exc:
-        raise InputError(str(exc), source, _loc(lines, path + ("params",))) from None
+        raise InputError(str(exc), source, _loc(lines, params_path)) from None
+
+
+def check_policy_ref(ref, path: tuple, source: str, lines: dict) -> None:
+    """Raise InputError if the eviction policy ``ref.name`` is unknown or ``ref.params`` do not validate."""
+    from agentsim.cache.policies import EVICTION_POLICIES
+
+    check_registered(EVICTION_POLICIES, ref.name, ref.params, path + ("name",), path + ("params",), source, lines)
 
 
 def check_policies(scenario, source: str, lines: dict) -> None:
     check_policy_ref(scenario.cache.eviction, ("cache", "eviction"), source, lines)
-    check_admission_ref(scenario.cache.admission, ("cache", "admission"), source, lines)
-
-
-def check_admission_ref(ref, path: tuple, source: str, lines: dict) -> None:
-    """Raise InputError if the admission filter ``ref`` is unknown or its parameters do not validate."""
     from agentsim.cache.policies.admission import ADMISSION_FILTERS
 
-    if ref.name not in ADMISSION_FILTERS:
-        raise InputError(ADMISSION_FILTERS.unknown_message(ref.name), source, _loc(lines, path + ("name",)))
-    try:
-        ADMISSION_FILTERS.validate_params(ref.name, ref.params)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        raise InputError(error["msg"].removeprefix("Value error, "), source,
-                         _loc(lines, path + ("params",) + tuple(error["loc"]))) from None
-    except ValueError as exc:
-        raise InputError(str(exc), source, _loc(lines, path + ("params",))) from None
-
-
-def check_registered(registry, name, params, name_path: tuple, params_path: tuple, source: str, lines: dict) -> None:
-    """Raise InputError if ``name`` is not in ``registry`` or ``params`` do not validate for it."""
-    if name not in registry:
-        raise InputError(registry.unknown_message(name), source, _loc(lines, name_path))
-    try:
-        registry.validate_params(name, params)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        raise InputError(error["msg"].removeprefix("Value error, "), source,
-                         _loc(lines, params_path + tuple(error["loc"]))) from None
-    except ValueError as exc:
-        raise InputError(str(exc), source, _loc(lines, params_path)) from None
+    ref = scenario.cache.admission
+    check_registered(ADMISSION_FILTERS, ref.name, ref.params, ("cache", "admission", "name"),
+                     ("cache", "admission", "params"), source, lines)
 
 
 def check_components(scenario, source: str, lines: dict) -> None:
