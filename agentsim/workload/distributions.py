@@ -154,14 +154,31 @@ class Sampler:
     def _raw(self, rng: np.random.Generator, n: int) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _raw_one(self, rng: np.random.Generator) -> float:
+        """One raw draw: the same value, and the same stream position afterwards, as
+        ``_raw(rng, 1)[0]``. Subclasses override it when they can skip building arrays."""
+        return self._raw(rng, 1)[0]
+
     def sample(self, rng: np.random.Generator, n: int | None = None) -> float | np.ndarray:
-        """One float (``n is None``) or an array of ``n`` samples, clipped and rounded per spec."""
-        values = np.asarray(self._raw(rng, 1 if n is None else n), dtype=float)
-        if self.spec.min is not None or self.spec.max is not None:
-            values = np.clip(values, self.spec.min, self.spec.max)
-        if self.spec.round:
+        """One float (``n is None``) or an array of ``n`` samples, clipped and rounded per spec.
+
+        One draw takes a scalar path (the simulation draws every gap and length singly, so
+        numpy's per-call array overhead dominated); it returns exactly ``sample(rng, 1)[0]``."""
+        spec = self.spec
+        if n is None:
+            value = self._raw_one(rng)
+            # np.clip(v, lo, hi) is minimum(maximum(v, lo), hi): the same comparisons in order.
+            if spec.min is not None and value < spec.min:
+                value = spec.min
+            if spec.max is not None and value > spec.max:
+                value = spec.max
+            return float(np.rint(value)) if spec.round else float(value)
+        values = np.asarray(self._raw(rng, n), dtype=float)
+        if spec.min is not None or spec.max is not None:
+            values = np.clip(values, spec.min, spec.max)
+        if spec.round:
             values = np.rint(values)
-        return float(values[0]) if n is None else values
+        return values
 
     def mean(self) -> float:
         """The mean (before clipping); used for sizing and summaries."""
@@ -196,6 +213,11 @@ class _DirectSampler(_ScipySampler):
     def _raw(self, rng, n):
         return self.draw(rng, n) * self.scale + self.loc
 
+    def _raw_one(self, rng):
+        # The draw stays an array of one (numpy's vectorised exp may round differently from a
+        # scalar one); the affine map on the float64 element is the same IEEE arithmetic.
+        return self.draw(rng, 1)[0] * self.scale + self.loc
+
 
 class _ConstantSampler(Sampler):
     def _raw(self, rng, n):
@@ -223,9 +245,21 @@ class _MixtureSampler(Sampler):
         weights = np.array([c.weight for c in spec.components], dtype=float)
         self.weights = weights / weights.sum()
         self.parts = [build(c.spec) for c in spec.components]
+        # What ``rng.choice(len(parts), p=weights)`` computes on every call (cumulative sum,
+        # normalised, then a right-sided search of uniform draws): computed once here, so a
+        # draw skips choice's per-call validation of ``p`` and gives the same components.
+        cdf = self.weights.cumsum()
+        cdf /= cdf[-1]
+        self.cdf = cdf
+
+    def _component(self, uniform):
+        return self.cdf.searchsorted(uniform, side="right")
+
+    def _raw_one(self, rng):
+        return self.parts[int(self._component(rng.random()))].sample(rng)
 
     def _raw(self, rng, n):
-        which = rng.choice(len(self.parts), size=n, p=self.weights)
+        which = self._component(rng.random(n))
         out = np.empty(n)
         for index, part in enumerate(self.parts):
             mask = which == index
