@@ -25,6 +25,7 @@ from agentsim.metrics.records import OccupancySample, RequestRecord, record_fram
 from agentsim.engine.economics import economics_summary
 from agentsim.metrics.summary import summarize_requests
 from agentsim.engine.agentic import AgenticWiring
+from agentsim.engine.collector import freezing_collector
 from agentsim.engine.diagnostics import RunDiagnostics
 from agentsim.metrics.timeseries import TimeSeriesSampler
 from agentsim.errors import InvariantViolation
@@ -144,6 +145,7 @@ class Simulation:
         self.check_invariants = scenario.run.check_invariants
         self.stop_request: StopRequest | None = None
         self.stop_reason: str | None = None
+        self._freeze_survivors: Callable[[], None] = lambda: None   # set while the events run
 
     def _on_mutation(self, instance: int, old_keys: list[int], from_block: int) -> None:
         """An agent rewrote its history: its old blocks past the offset are dead (reason mutation)."""
@@ -231,6 +233,9 @@ class Simulation:
                             capacity_blocks=capacity, pinned_blocks=pinned,
                             running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
             self.timeseries.sample(now)
+            # What survived a whole sampling interval is long-lived: keep the collector from
+            # rescanning it (see agentsim.engine.collector).
+            self._freeze_survivors()
             if self.finished.triggered:
                 return
             yield self.env.timeout(interval)
@@ -248,7 +253,12 @@ class Simulation:
         self.env.process(self._end_of_arrivals())
         if self.progress is not None:
             self.env.process(self._progress())
-        self._run_events()
+        with freezing_collector() as freeze:
+            self._freeze_survivors = freeze
+            try:
+                self._run_events()
+            finally:
+                self._freeze_survivors = lambda: None
         wall_s = time.perf_counter() - started
         return self._result(wall_s)
 
