@@ -163,8 +163,11 @@ class KeyedLeafPolicy(EvictionPolicy):
         raise NotImplementedError
 
     def _push(self, node: "Node") -> None:
-        node.heap_version += 1
-        heapq.heappush(self._heap, (self.key(node), node.node_id, node.heap_version, node))
+        # Heap items are flat, ``key + (node_id, version, node)``: the same order as the nested
+        # ``(key, node_id, version, node)`` (a policy's keys all have one length) with cheaper
+        # comparisons (no inner tuple compared for equality first).
+        node.heap_version = version = node.heap_version + 1
+        heapq.heappush(self._heap, self.key(node) + (node.node_id, version, node))
 
     def bind(self, cache: "RadixCache") -> None:
         super().bind(cache)
@@ -180,10 +183,13 @@ class KeyedLeafPolicy(EvictionPolicy):
 
     def _push_if_evictable(self, node: "Node") -> None:
         if self._plain_leaf_rule:
-            if node.alive and not node.lock_ref and not node.children and node.parent is not None:
-                self._push(node)
-        elif self.cache.is_evictable(node):
-            self._push(node)
+            if not (node.alive and not node.lock_ref and not node.children and node.parent is not None):
+                return
+        elif not self.cache.is_evictable(node):
+            return
+        # _push, inlined: this runs for every notification of an evictable node.
+        node.heap_version = version = node.heap_version + 1
+        heapq.heappush(self._heap, self.key(node) + (node.node_id, version, node))
 
     def on_insert(self, node, now_s):
         self._push_if_evictable(node)
@@ -204,8 +210,9 @@ class KeyedLeafPolicy(EvictionPolicy):
         heappop = heapq.heappop
         plain = self._plain_leaf_rule
         while heap:
-            _key, _node_id, version, node = heappop(heap)
-            if version != node.heap_version:
+            item = heappop(heap)
+            node = item[-1]
+            if item[-2] != node.heap_version:
                 continue
             if plain:  # RadixCache.is_evictable, inlined
                 evictable = node.alive and not node.lock_ref and not node.children and node.parent is not None
@@ -223,8 +230,9 @@ class KeyedLeafPolicy(EvictionPolicy):
         heap = self._heap
         is_evictable = self.cache.is_evictable
         while heap:
-            _key, _node_id, version, node = heap[0]
-            if version == node.heap_version and is_evictable(node):
+            item = heap[0]
+            node = item[-1]
+            if item[-2] == node.heap_version and is_evictable(node):
                 return node
             heapq.heappop(heap)
         return None
