@@ -431,6 +431,122 @@ class RadixCache:
         self._touch_path(node, now_s, hit=False)
         return node
 
+    def serve(self, keys: list[int], keep: int, now_s: float) -> int:
+        """One whole request of a sequential cache-only replay; returns its hit blocks.
+
+        Exactly :meth:`match` (path-touch) and then, if fewer than ``keep`` blocks hit,
+        :meth:`pin` -> :meth:`reserve` ``keep - hit`` blocks -> :meth:`commit` ``keys[hit:keep]``
+        -> :meth:`unpin`: the same tree changes and the same policy notifications in the same
+        order, in one frame (a replay's per-request path is mostly call overhead otherwise).
+
+        Contract: no other request is in flight, so the pins taken here are the only ones on
+        the path. For the plain :class:`RadixCache` only: a subclass that overrides the steps
+        (the tiered cache) must use them, not this. Raises InvariantViolation if the room for
+        the missing blocks cannot be made.
+        """
+        policy = self.policy
+        root = self.root
+        # match: descend (as :func:`descend`) ...
+        node = root
+        pos = 0
+        n = len(keys)
+        children = root.children
+        while pos < n:
+            child = children.get(keys[pos])
+            if child is None:
+                break
+            run = child.keys
+            length = len(run)
+            if keys[pos:pos + length] == run:
+                pos += length
+                node = child
+                children = child.children
+                continue
+            common = _common_prefix(run, keys, pos)
+            node = self._split(child, common)
+            pos += common
+            break
+        hit = pos
+        # ... then path-touch and lookup notification (as _touch_path(node, now_s, hit=True)).
+        if node is not root:
+            if policy.access_leaf_only:
+                walk = node
+                while walk.parent is not None:
+                    walk.last_access_s = now_s
+                    walk.hit_count += 1
+                    walk = walk.parent
+                policy.on_access(node, now_s, True)
+            else:
+                on_access = policy.on_access
+                walk = node
+                while walk.parent is not None:
+                    walk.last_access_s = now_s
+                    walk.hit_count += 1
+                    on_access(walk, now_s, True)
+                    walk = walk.parent
+        if self._notify_lookup:
+            policy.on_lookup(keys, hit, now_s)
+        fresh = keep - hit
+        if fresh <= 0:
+            return hit  # fully cached: nothing to insert
+        # pin
+        walk = node
+        while walk.parent is not None:
+            walk.lock_ref += 1
+            walk = walk.parent
+        # reserve
+        shortfall = self.used_blocks + fresh - self.capacity_blocks
+        if shortfall > 0 and not self.evict(shortfall, now_s, "capacity"):
+            raise InvariantViolation(f"could not reserve {fresh} blocks")
+        self.used_blocks += fresh
+        self.reserved_blocks += fresh
+        new_keys = keys[hit:keep]
+        if new_keys[0] in node.children:
+            # Blocks committed meanwhile by another request (impossible in a sequential replay,
+            # kept exact anyway): the general commit shares them.
+            self.unpin(self.commit(node, new_keys, hit, fresh, now_s))
+            return hit
+        # commit: extend the request's own leaf or attach a new node (as commit(); the node
+        # ends at block ``hit``, and ``fresh == len(new_keys)`` leaves no surplus to release).
+        if policy.merge_runs and node.parent is not None and not node.children and node.lock_ref == 1:
+            node.keys.extend(new_keys)
+        else:
+            child = Node(self._next_id, node, new_keys, hit, now_s)
+            self._next_id += 1
+            child.lock_ref = 1
+            node.children[new_keys[0]] = child
+            node = child
+            policy.on_insert(node, now_s)
+        self.reserved_blocks -= fresh
+        self.inserted_blocks += fresh
+        # The commit's path-touch (hit=False). The match stamped this same path at ``now_s`` (a
+        # new node is created with it), so for a policy that acts only on evictable leaves it
+        # is a no-op: the deepest node is pinned.
+        if not policy.access_leaf_only:
+            on_access = policy.on_access
+            walk = node
+            while walk.parent is not None:
+                walk.last_access_s = now_s
+                on_access(walk, now_s, False)
+                walk = walk.parent
+        # unpin (as unpin(), whose lock counts cannot go negative here: this request pinned them)
+        on_candidate = policy.on_candidate
+        on_release = policy.on_release if self._notify_release else None
+        admission = self.admission
+        while node.parent is not None:
+            node.lock_ref -= 1
+            parent = node.parent
+            if node.lock_ref == 0:
+                if on_release is not None:
+                    on_release(node)
+                if not node.children:
+                    if admission is not None and not admission.admit(node, self):
+                        self.remove_tail(node, len(node.keys), "admission")
+                    else:
+                        on_candidate(node)
+            node = parent
+        return hit
+
     # --- inspection ----------------------------------------------------------------------
     def iter_nodes(self):
         return iter_subtree(self.root)

@@ -145,7 +145,8 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
     capacity = resolve_capacity(canonical.unique_blocks, capacity_blocks, capacity_fraction)
     policy_obj = make_policy(policy, policy_params)
     cache = RadixCache(capacity, policy_obj, name="replay")
-    match, pin, unpin, reserve, commit = cache.match, cache.pin, cache.unpin, cache.reserve, cache.commit
+    # One call per request: match -> pin -> reserve -> commit -> unpin fused (RadixCache.serve).
+    serve = cache.serve
     has_timers = type(policy_obj).next_timer_s is not EvictionPolicy.next_timer_s
     if clock == "auto":
         clock = "trace" if has_timers else "logical"
@@ -178,20 +179,15 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
             if per_request is not None:
                 per_request.append(0)
             continue
-        node, hit = match(keys, now_s)
+        try:
+            # A request longer than the whole cache keeps only its first ``capacity`` blocks.
+            hit = serve(keys, n if n <= capacity else capacity, now_s)
+        except InvariantViolation as exc:
+            raise InvariantViolation(f"cache-only replay, request {i}: {exc}") from None
         hit_blocks += hit
         if per_request is not None:
             per_request.append(hit)
         hit_tokens += min(hit * request.block_tokens, request.input_tokens)
-        keep = n if n <= capacity else capacity
-        fresh = keep - hit
-        if fresh <= 0:
-            # Fully cached (nothing to insert); the match already path-touched it.
-            continue
-        pin(node)
-        if not reserve(fresh, now_s):
-            raise InvariantViolation(f"cache-only replay could not reserve {fresh} blocks at request {i}")
-        unpin(commit(node, keys[hit:keep], hit, fresh, now_s))
         if check_invariants:
             cache.check_invariants()
     elapsed = time.perf_counter() - started
