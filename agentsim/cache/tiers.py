@@ -24,6 +24,17 @@ HiCache). Loads copy blocks up; an exclusive tier frees its copy then. A node re
 leaves the tree, with any descendants (their KV is useless without the prefix). Runs stay runs:
 a node is split only when part of it moves.
 
+**Runs merge back.** A session's leaf grows in place only while it is held in HBM alone; once
+it has a copy below, the next call's blocks become a child node. So without merging, a session
+that is demoted and loaded back between calls gains a node per call, and every later load,
+path-touch and router lookup walks them all (per-request cost grew with session age). When a
+node's residency changes, it is merged with its parent or its only child if the two are
+resident in exactly the same tiers, unpinned, not in transfer, and were last touched at the
+same time (a path-touch stamps a whole path, so a session's own runs are). That is exact only
+for policies that rank leaves by a key equal along such a run and keep no other per-node state
+(:func:`merges_exactly`: LRU), so it is done only when every tier's policy qualifies; the
+merged node keeps the upper node's identity and stats.
+
 **No SimPy here.** Copies down are accounted at once; their bytes are reported through the
 ``on_transfer(src_tier, dst_tier, n_blocks)`` callback, which the serving instance turns into
 link transfers (so they contend with loads). Loads are two-phase: :meth:`TieredCache.begin_load`
@@ -36,11 +47,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from agentsim.cache.policy import EvictionPolicy
+from agentsim.cache.policy import EvictionPolicy, KeyedLeafPolicy
 from agentsim.cache.radix import Node, _common_prefix, descend, iter_subtree
 from agentsim.errors import InvariantViolation
 
 HBM = 0
+
+
+def merges_exactly(policy: EvictionPolicy) -> bool:
+    """Whether two adjacent runs, resident in the same tiers and last touched at the same time,
+    may become one node in ``policy``'s tier without changing any of its decisions: a keyed
+    leaf policy whose runs may grow in place (``merge_runs``: its key is equal along a run after
+    path-touch, and ranks a run by its deepest block) and that keeps no per-node state besides
+    its lazy heap (the base class's insert, split, removal, timer and agentic hooks)."""
+    cls = type(policy)
+    return (isinstance(policy, KeyedLeafPolicy) and cls.merge_runs
+            and cls.on_insert is KeyedLeafPolicy.on_insert and cls.on_split is KeyedLeafPolicy.on_split
+            and cls.on_access is KeyedLeafPolicy.on_access
+            and cls.on_remove is EvictionPolicy.on_remove and cls.on_timer is EvictionPolicy.on_timer
+            and cls.on_tool_start is EvictionPolicy.on_tool_start and cls.on_lookup is EvictionPolicy.on_lookup)
 
 
 class TNode(Node):
@@ -231,6 +256,11 @@ class TieredCache:
         self.demoted_blocks = [0] * self.n_tiers   # blocks written into tier t by demotion
         self.written_through_blocks = [0] * self.n_tiers
         self.loaded_blocks = [0] * self.n_tiers    # blocks loaded up from tier t
+        #: Adjacent runs with equal residency merge back into one node (module docstring).
+        self.merge_runs = all(merges_exactly(tier.policy) for tier in self.tiers)
+        # Selective write-through reads per-node hit counts: merge only runs with equal ones.
+        self._merge_needs_equal_hits = any(t.write_policy == "write_through_selective" for t in self.tiers[1:])
+        self.merged_nodes = 0
 
     # --- HBM-compatible attributes ---------------------------------------------------------
     hbm = property(lambda self: self.tiers[0])
@@ -459,11 +489,14 @@ class TieredCache:
         self._leave(node, tier, reason)
         if not node.resident_anywhere():
             self._drop(node, reason)
-        elif tier == 0:
+            return
+        if tier == 0:
             # A node leaving HBM stays in the tree; its parent may now be an HBM leaf.
             parent = node.parent
             if parent.parent is not None and parent.entries[0] is not None and t.is_evictable(parent.entries[0]):
                 t.policy.on_candidate(parent.entries[0])
+        if self.merge_runs:
+            self._merge_around(node)
 
     def _leave(self, node: TNode, t: int, reason: str) -> None:
         tier = self.tiers[t]
@@ -500,6 +533,52 @@ class TieredCache:
         for t, entry in enumerate(parent.entries):
             if entry is not None and parent.parent is not None and self.tiers[t].is_evictable(entry):
                 self.tiers[t].policy.on_candidate(entry)
+
+    def _mergeable(self, upper: TNode, lower: TNode) -> bool:
+        """``lower`` is ``upper``'s only child and the two may be one run (module docstring)."""
+        if (upper.parent is None or len(upper.children) != 1 or upper.lock_ref or lower.lock_ref
+                or upper.loading or lower.loading or upper.load_tiers or lower.load_tiers
+                or upper.last_access_s != lower.last_access_s
+                or (self._merge_needs_equal_hits and upper.hit_count != lower.hit_count)):
+            return False
+        for up, low in zip(upper.entries, lower.entries):
+            if (up is None) != (low is None) or (up is not None and (up.io_ref or low.io_ref)):
+                return False
+        return True
+
+    def _merge_around(self, node: TNode) -> None:
+        """Merge ``node`` into its parent and/or its only child into it, where allowed."""
+        parent = node.parent
+        if self._mergeable(parent, node):
+            self._merge(parent, node)
+            node = parent
+        if len(node.children) == 1:
+            child = next(iter(node.children.values()))
+            if self._mergeable(node, child):
+                self._merge(node, child)
+
+    def _merge(self, upper: TNode, lower: TNode) -> None:
+        """Append ``lower``'s run to ``upper`` (its parent), which takes its children; ``lower``
+        leaves the tree. Capacity is unchanged (the same blocks, in one node)."""
+        upper.keys.extend(lower.keys)
+        upper.children = lower.children
+        for child in upper.children.values():
+            child.parent = upper
+        upper.tier_children = lower.tier_children
+        # Ties between leaves of equal key are broken by node id: take the id of the leaf the
+        # unmerged tree would rank (as a trim in place renews its node's id).
+        upper.node_id = lower.node_id
+        lower.alive = False
+        lower.children = {}
+        lower.keys = []   # stale heap items may hold ``lower`` a while; its blocks live on in ``upper``
+        for t, entry in enumerate(lower.entries):
+            if entry is not None:
+                entry.alive = False   # its heap items are skipped from now on
+                lower.entries[t] = None   # no node <-> entry cycle left for the collector
+                up = upper.entries[t]
+                up.heap_version += 1  # its old heap items carry the old end block: stale
+                self.tiers[t].policy.on_candidate(up)
+        self.merged_nodes += 1
 
     def _write(self, node: TNode, t: int, now_s: float) -> bool:
         """Copy ``node`` into lower tier ``t`` (evicting there as needed). False if no room."""
