@@ -307,6 +307,35 @@ def _belady_stats(requests, capacity):
 ONLINE = [n for n in EVICTION_POLICIES.names() if n != "belady"]
 
 
+def test_belady_next_use_index_is_the_same_for_every_key_layout():
+    """The future index answers alike for arbitrary keys and for dense keys 0..n-1 (the fast
+    path that builds no key -> slot dict), given as lists or as int64 arrays."""
+    from array import array
+
+    from agentsim.cache.policies.belady import NEVER, Belady
+
+    rng = np.random.default_rng(3)
+    dense = [rng.permutation(12)[: int(rng.integers(0, 8))].tolist() for _ in range(30)]
+    dense.append(list(range(12)))  # every key 0..11 used
+    layouts = {
+        "list": (dense, 0),
+        "dense array": ([array("q", r) for r in dense], 0),
+        "sparse array": ([array("q", [k * 7 + 5 for k in r]) for r in dense], 5),
+    }
+    answers = {}
+    for name, (requests, offset) in layouts.items():
+        policy = Belady()
+        policy.set_future(requests)
+        assert (policy._slot is None) == (name != "sparse array")
+        got = []
+        for position in range(-1, len(dense) + 1):
+            policy.begin_request(position)
+            got.append([policy.next_use(k * 7 + 5 if offset else k) for k in range(-1, 13)])
+        answers[name] = got
+    assert answers["list"] == answers["dense array"] == answers["sparse array"]
+    assert NEVER in answers["list"][0]  # keys -1 and 12 are never used
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_belady_dominates_every_online_policy(seed):
     requests = random_trace(seed, n_requests=80)

@@ -44,22 +44,24 @@ class Belady(KeyedLeafPolicy):
 
     def __init__(self, params=None):
         super().__init__(params)
-        self._slot: dict[int, int] = {}
+        self._slot: dict[int, int] | None = {}
         self._bounds: list[int] = [0]
         self._positions: list[int] = []
         self.position = -1
 
     def set_future(self, requests: Sequence[Sequence[int]]) -> None:
         """Index every key's uses: ``_positions[_bounds[s]:_bounds[s + 1]]`` are the distinct
-        request indices (ascending) holding the key of slot ``s = _slot[key]``.
+        request indices (ascending) holding the key of slot ``s = _slot[key]`` (``s = key``
+        when ``_slot`` is None: the keys are exactly 0..n-1).
 
         Built with numpy sorts (a per-key Python loop took ~0.4 s on the Mooncake trace); keys
         that do not fit in int64 fall back to the same index built in Python.
         """
-        lengths = np.fromiter((len(keys) for keys in requests), dtype=np.int64, count=len(requests))
+        lengths = np.fromiter(map(len, requests), dtype=np.int64, count=len(requests))
         if requests and all(type(keys) is array and keys.typecode == "q" for keys in requests):
-            # Trace requests' compact int64 key arrays: concatenated without one Python int per key.
-            keys = np.concatenate([np.frombuffer(keys, dtype=np.int64) for keys in requests])
+            # Trace requests' compact int64 key arrays: their buffers joined in C (no Python int
+            # per key, no numpy view per request).
+            keys = np.frombuffer(b"".join(requests), dtype=np.int64)
         else:
             try:
                 keys = np.fromiter(itertools.chain.from_iterable(requests), dtype=np.int64, count=int(lengths.sum()))
@@ -74,7 +76,12 @@ class Belady(KeyedLeafPolicy):
             keep[1:] = (keys[1:] != keys[:-1]) | (index[1:] != index[:-1])
             keys, index = keys[keep], index[keep]
         first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, dtype=np.int64)
-        self._slot = dict(zip(keys[first].tolist(), range(len(first))))
+        if len(first) and keys[first[0]] == 0 and keys[first[-1]] == len(first) - 1:
+            # The keys are exactly 0..n-1 (traces with dense block ids, e.g. Mooncake's hash
+            # ids): a key is its own slot, and the key -> slot dict is not built.
+            self._slot = None
+        else:
+            self._slot = dict(zip(keys[first].tolist(), range(len(first))))
         self._bounds = first.tolist() + [len(keys)]
         self._positions = index.tolist()
         self.position = -1
@@ -99,12 +106,18 @@ class Belady(KeyedLeafPolicy):
         self.position = index
 
     def next_use(self, key: int) -> float:
-        slot = self._slot.get(key)
-        if slot is None:
-            return NEVER
+        slot_of = self._slot
+        if slot_of is None:  # dense keys 0..n-1 (see set_future): the key is the slot
+            if not 0 <= key < len(self._bounds) - 1:
+                return NEVER
+            slot = key
+        else:
+            slot = slot_of.get(key)
+            if slot is None:
+                return NEVER
         lo, hi = self._bounds[slot], self._bounds[slot + 1]
         i = bisect.bisect_right(self._positions, self.position, lo, hi)
         return self._positions[i] if i < hi else NEVER
 
     def key(self, node):
-        return (-self.next_use(node.keys[-1]), -node.end_block, -node.node_id)
+        return (-self.next_use(node.keys[-1]), -(node.start_block + len(node.keys)), -node.node_id)  # -end_block
