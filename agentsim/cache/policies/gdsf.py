@@ -56,22 +56,38 @@ class GDSF(KeyedLeafPolicy):
 
     def __init__(self, params=None):
         super().__init__(params)
+        p = self.params
         self.inflation = 0.0
+        # The cost formula's constant factors, computed once (the same float operations in the
+        # same order as spelling them out in _raw_cost, so the same bits).
+        self._unit = p.cost_model == "unit"
+        self._two_active = 2.0 * p.active_params
+        self._two_attn = 2.0 * p.attn_coeff
+        self._block_tokens = p.block_tokens
+        self._half_block = p.block_tokens / 2.0
+        #: Whether a run may have a copy in a lower tier (False once bound to a plain cache).
+        self._check_copies = p.tier_aware and p.cost_model == "flops"
         self._c0 = self._raw_cost(0)
 
+    def bind(self, cache):
+        super().bind(cache)
+        from agentsim.cache.radix import RadixCache
+
+        if type(cache) is RadixCache:  # no lower tiers: no run ever has a copy below
+            self._check_copies = False
+
     def _raw_cost(self, block_index: int) -> float:
-        p = self.params
-        if p.cost_model == "unit":
+        if self._unit:
             return 1.0
-        b = p.block_tokens
-        return b * (2.0 * p.active_params + 2.0 * p.attn_coeff * (block_index * b + b / 2.0))
+        b = self._block_tokens
+        return b * (self._two_active + self._two_attn * (block_index * b + self._half_block))
 
     def cost(self, node, end_block: int | None = None) -> float:
         """Relative miss cost of ``node``'s deepest block (recomputing block 0 costs 1); with
         ``end_block``, of the block before it (``node`` shortened to end there)."""
         recompute = self._raw_cost((node.end_block if end_block is None else end_block) - 1)
-        p = self.params
-        if p.tier_aware and p.cost_model == "flops" and _has_copy_below(node):
+        if self._check_copies and _has_copy_below(node):
+            p = self.params
             load_s = p.block_tokens * p.kv_bytes_per_token / p.load_bandwidth_bytes_per_s
             recompute = min(recompute, load_s * p.prefill_flops_per_s)
         return recompute / self._c0
@@ -81,7 +97,7 @@ class GDSF(KeyedLeafPolicy):
         node.policy_data = self.inflation + frequency * self.cost(node)
 
     def key(self, node):
-        return (node.policy_data, node.last_access_s, -node.end_block)
+        return (node.policy_data, node.last_access_s, -(node.start_block + len(node.keys)))  # -end_block
 
     def on_insert(self, node, now_s):
         self._rescore(node)
@@ -90,7 +106,7 @@ class GDSF(KeyedLeafPolicy):
     def on_access(self, node, now_s, hit=False):
         if hit or node.policy_data is None:
             self._rescore(node)
-        super().on_access(node, now_s, hit)
+        self._push_if_evictable(node)  # KeyedLeafPolicy.on_access, without its frame
 
     def on_split(self, upper, lower):
         # Same F and L; each part is priced by its own deepest block.
