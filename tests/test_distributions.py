@@ -37,7 +37,7 @@ def test_single_draws_equal_the_array_path_bit_for_bit(raw):
     sampler = build(SPEC.validate_python(raw))
     for seed in range(5):
         single, batch = np.random.default_rng(seed), np.random.default_rng(seed)
-        for step in range(200):
+        for step in range(2000):
             value = sampler.sample(single)
             expected = sampler.sample(batch, 1)
             assert type(value) is float

@@ -14,6 +14,7 @@ All families accept ``min``/``max`` clipping and ``round`` (to integers, for tok
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Annotated, Any, Literal, Union
 
 import numpy as np
@@ -204,9 +205,10 @@ class _DirectSampler(_ScipySampler):
     per-call argument checking and broadcasting (~90% of a single draw's cost), which the
     simulation pays for every sampled gap and length."""
 
-    def __init__(self, spec: _Spec, frozen, draw, scale: float, loc: float):
+    def __init__(self, spec: _Spec, frozen, draw, draw_one, scale: float, loc: float):
         super().__init__(spec, frozen)
         self.draw = draw
+        self.draw_one = draw_one
         self.scale = scale
         self.loc = loc
 
@@ -214,9 +216,10 @@ class _DirectSampler(_ScipySampler):
         return self.draw(rng, n) * self.scale + self.loc
 
     def _raw_one(self, rng):
-        # The draw stays an array of one (numpy's vectorised exp may round differently from a
-        # scalar one); the affine map on the float64 element is the same IEEE arithmetic.
-        return self.draw(rng, 1)[0] * self.scale + self.loc
+        # ``draw_one`` is ``draw(rng, 1)[0]`` without the array: numpy's Generator gives the same
+        # variate for size=None as for size=1, and np.exp runs the same loop on a scalar (checked
+        # bit for bit in tests/test_distributions.py); the affine map is the same IEEE arithmetic.
+        return self.draw_one(rng) * self.scale + self.loc
 
 
 class _ConstantSampler(Sampler):
@@ -251,15 +254,13 @@ class _MixtureSampler(Sampler):
         cdf = self.weights.cumsum()
         cdf /= cdf[-1]
         self.cdf = cdf
-
-    def _component(self, uniform):
-        return self.cdf.searchsorted(uniform, side="right")
+        self._cdf_list = cdf.tolist()   # bisect_right on it == searchsorted(side="right")
 
     def _raw_one(self, rng):
-        return self.parts[int(self._component(rng.random()))].sample(rng)
+        return self.parts[bisect_right(self._cdf_list, rng.random())].sample(rng)
 
     def _raw(self, rng, n):
-        which = self._component(rng.random(n))
+        which = self.cdf.searchsorted(rng.random(n), side="right")
         out = np.empty(n)
         for index, part in enumerate(self.parts):
             mask = which == index
@@ -282,15 +283,18 @@ def build(spec: _Spec) -> Sampler:
         return _ConstantSampler(spec)
     if isinstance(spec, Exponential):
         return _DirectSampler(spec, stats.expon(loc=spec.loc, scale=spec.mean),
-                              lambda rng, n: rng.standard_exponential(n), spec.mean, spec.loc)
+                              lambda rng, n: rng.standard_exponential(n), lambda rng: rng.standard_exponential(),
+                              spec.mean, spec.loc)
     if isinstance(spec, LogNormal):
         sigma = spec.sigma
         return _DirectSampler(spec, stats.lognorm(s=sigma, loc=spec.loc, scale=spec.median),
-                              lambda rng, n: np.exp(sigma * rng.standard_normal(n)), spec.median, spec.loc)
+                              lambda rng, n: np.exp(sigma * rng.standard_normal(n)),
+                              lambda rng: np.exp(sigma * rng.standard_normal()), spec.median, spec.loc)
     if isinstance(spec, Gamma):
         shape = spec.shape
         return _DirectSampler(spec, stats.gamma(a=shape, loc=spec.loc, scale=spec.scale),
-                              lambda rng, n: rng.standard_gamma(shape, n), spec.scale, spec.loc)
+                              lambda rng, n: rng.standard_gamma(shape, n), lambda rng: rng.standard_gamma(shape),
+                              spec.scale, spec.loc)
     if isinstance(spec, Weibull):
         return _ScipySampler(spec, stats.weibull_min(c=spec.shape, loc=spec.loc, scale=spec.scale))
     if isinstance(spec, LogLogistic):
