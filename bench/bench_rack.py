@@ -5,7 +5,8 @@ NVMe, prefix-affinity routing) with ``concurrent: 1000`` and ``duration_s: 1h``.
 most 60 s of wall time and 2 GB peak resident memory (the child process's ``ru_maxrss``), and
 time linear in the number of requests: the same rack for 15, 30 and 60 simulated minutes
 (1x, 2x, 4x the requests) must cost about the same CPU time per request (per-request cost at
-2x and 4x <= 1.25x the cost at 1x; CPU rather than wall because the machine is shared). Each run is its own process so peak memory is that run's alone.
+2x and 4x <= 1.25x the cost at 1x; CPU rather than wall because the machine is shared, and the
+least of ``--repeat`` runs per duration). Each run is its own process so peak memory is that run's alone.
 
     .venv/bin/python bench/bench_rack.py [--agents 1000] [--skip-scaling]
     .venv/bin/python bench/bench_rack.py --child 1000 1h      # one run, prints JSON
@@ -50,7 +51,16 @@ def run(agents: int, duration: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def rows(agents: int = 1000, scaling: bool = True) -> list[Row]:
+def best_of(agents: int, duration: str, repeat: int, first: dict | None = None) -> dict:
+    """The run with the least CPU time of ``repeat`` (``first``, if given, counts as one): CPU
+    seconds still move by 30% or more when another job shares the machine's two cores."""
+    runs = [first] if first is not None else []
+    while len(runs) < max(1, repeat):
+        runs.append(run(agents, duration))
+    return min(runs, key=lambda r: r["cpu_s"])
+
+
+def rows(agents: int = 1000, scaling: bool = True, repeat: int = 2) -> list[Row]:
     full = run(agents, "1h")
     out = [
         Row(f"rack 1h, {agents} agents, 3 tiers: wall", f"{full['wall_s']:.1f} s ({full['requests']:,} req)",
@@ -62,8 +72,9 @@ def rows(agents: int = 1000, scaling: bool = True) -> list[Row]:
     if scaling:
         # Linearity is judged on CPU seconds per request: wall time on a shared machine also
         # counts other jobs' time slices, which differ from one run to the next.
-        quarter = run(agents, "15m")
-        half = run(agents, "30m")
+        quarter = best_of(agents, "15m", repeat)
+        half = best_of(agents, "30m", repeat)
+        full = best_of(agents, "1h", repeat, first=full)
         per = [r["cpu_s"] / r["requests"] for r in (quarter, half, full)]
         for label, r, p in (("2x", half, per[1]), ("4x", full, per[2])):
             out.append(Row(f"rack CPU per request at {label} / 1x requests",
@@ -81,8 +92,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per duration for the scaling rows (least CPU kept)")
     args = parser.parse_args()
-    print_table(rows(args.agents, not args.skip_scaling))
+    print_table(rows(args.agents, not args.skip_scaling, args.repeat))
 
 
 if __name__ == "__main__":
