@@ -46,8 +46,11 @@ class TLRU(KeyedLeafPolicy):
         return max((node.policy_data or node.end_block) + self._slack, 0)
 
     def key(self, node):
-        safe = node.end_block - 1 >= self._budget(node)
-        return (0 if safe else 1, node.last_access_s, -node.end_block)
+        # _budget and end_block inlined: the key is computed for every push.
+        end = node.start_block + len(node.keys)
+        budget = (node.policy_data or end) + self._slack
+        safe = end - 1 >= (budget if budget > 0 else 0)
+        return (0 if safe else 1, node.last_access_s, -end)
 
     def on_insert(self, node, now_s):
         node.policy_data = node.end_block
@@ -55,13 +58,18 @@ class TLRU(KeyedLeafPolicy):
         super().on_insert(node, now_s)
 
     def on_access(self, node, now_s, hit=False):
-        high = max(node.policy_data or 0, node.end_block)
+        high = node.policy_data or 0
+        end = node.start_block + len(node.keys)
+        if end > high:
+            high = end
         last = self._last
-        if last is not None and last.parent is node and last.policy_data is not None:
-            high = max(high, last.policy_data)  # carry the branch's high-water mark up the path
+        if last is not None and last.parent is node:
+            below = last.policy_data
+            if below is not None and below > high:
+                high = below  # carry the branch's high-water mark up the path
         node.policy_data = high
         self._last = node
-        super().on_access(node, now_s, hit)
+        self._push_if_evictable(node)  # KeyedLeafPolicy.on_access, without its frame
 
     def on_split(self, upper, lower):
         upper.policy_data = lower.policy_data
