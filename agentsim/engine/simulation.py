@@ -21,7 +21,7 @@ from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.router import make_router
 from agentsim.cluster.topology import Hierarchy, load_breakdown
 from agentsim.engine.agents import AgentDriver
-from agentsim.metrics.records import OccupancySample, RequestRecord, record_frame
+from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecord
 from agentsim.engine.economics import economics_summary
 from agentsim.metrics.summary import summarize_requests
 from agentsim.engine.agentic import AgenticWiring
@@ -104,8 +104,8 @@ class Simulation:
         self.cost = RooflineCostModel.from_scenario(scenario)
         self.block_tokens = scenario.cache.block_tokens
         self.capacity_blocks = scenario.kv_capacity_blocks_per_instance()
-        self.request_records: list[RequestRecord] = []
-        self.occupancy: list[OccupancySample] = []
+        self.request_records = RecordBuffer(RequestRecord)
+        self.occupancy = RecordBuffer(OccupancySample)
         policy_ref = scenario.cache.eviction
         policy_cls = EVICTION_POLICIES.get(policy_ref.name)
         self.instances = []
@@ -291,9 +291,9 @@ class Simulation:
 
     def _result(self, wall_s: float) -> RunResult:
         scenario = self.scenario
-        requests = record_frame(self.request_records, RequestRecord)
+        requests = self.request_records.frame()
         requests = requests.sort_values("request_id", kind="stable").reset_index(drop=True)
-        occupancy = record_frame(self.occupancy, OccupancySample)
+        occupancy = self.occupancy.frame()
         simulated_s = float(self.env.now)
         summary = {"scenario": scenario.name, "seed": scenario.seed, "policy": scenario.cache.eviction.name}
         summary.update(summarize_requests(requests, scenario.run.warmup_s))

@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import pandas as pd
 
-from agentsim.metrics.records import EvictionSample, LinkSample, record_frame
+from agentsim.metrics.records import EvictionSample, LinkSample, RecordBuffer
 
 _PIN_REASONS = ("pin_timeout", "pressure_unpin")
 
 
 class TimeSeriesSampler:
-    """Collects :class:`EvictionSample` and :class:`LinkSample` rows; :meth:`tables` returns them."""
+    """Collects :class:`EvictionSample` and :class:`LinkSample` rows (columnar buffers); :meth:`tables` returns them."""
 
     def __init__(self, instances: list, hierarchy=None):
         self.instances = instances
         self.links = ([hierarchy.topology.all_links[name] for name in sorted(hierarchy.topology.all_links)]
                       if hierarchy is not None else [])
-        self.evictions: list[EvictionSample] = []
-        self.link_samples: list[LinkSample] = []
+        self.evictions = RecordBuffer(EvictionSample)
+        self.link_samples = RecordBuffer(LinkSample)
 
     def sample(self, now_s: float) -> None:
         for instance in self.instances:
@@ -55,11 +55,7 @@ class TimeSeriesSampler:
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """``evictions`` always (possibly empty), ``link_samples`` when the run has links."""
-        out = {"evictions": _frame(self.evictions, EvictionSample)}
+        out = {"evictions": self.evictions.frame()}
         if self.links:
-            out["link_samples"] = _frame(self.link_samples, LinkSample)
+            out["link_samples"] = self.link_samples.frame()
         return out
-
-
-def _frame(records: list, record_type) -> pd.DataFrame:
-    return record_frame(records, record_type)
