@@ -59,6 +59,9 @@ class EvictionPolicy:
     #: True if :meth:`on_access` does nothing for a node its cache's ``is_evictable`` rejects
     #: (a tiered cache then skips entries whose next node on the path is in the same tier).
     access_evictable_only: bool = False
+    #: False if :meth:`on_access` with ``hit=False`` (an insert re-stamping its path) never does
+    #: anything; :meth:`RadixCache.serve` then skips that notification walk (SIEVE, S3-FIFO).
+    restamp_notifies: ClassVar[bool] = True
 
     def __init__(self, params: BaseModel | None = None):
         self.params = params if params is not None else (self.Params() if self.Params else None)

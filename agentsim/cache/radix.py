@@ -521,8 +521,8 @@ class RadixCache:
         self.inserted_blocks += fresh
         # The commit's path-touch (hit=False). The match stamped this same path at ``now_s`` (a
         # new node is created with it), so for a policy that acts only on evictable leaves it
-        # is a no-op: the deepest node is pinned.
-        if not policy.access_leaf_only:
+        # is a no-op (the deepest node is pinned), as for one whose re-stamp does nothing.
+        if not policy.access_leaf_only and policy.restamp_notifies:
             on_access = policy.on_access
             walk = node
             while walk.parent is not None:

@@ -20,6 +20,8 @@ from agentsim.cache.policies._queues import Queue, QueuePolicy
 class SIEVE(QueuePolicy):
     """FIFO with lazy promotion by a visited bit and a moving hand."""
 
+    restamp_notifies = False  # only hits set the bit (see _on_touch)
+
     def __init__(self, params=None):
         super().__init__(params)
         self.queue = Queue("sieve")
@@ -68,6 +70,13 @@ class SIEVE(QueuePolicy):
 
     def _admit_new(self, node, now_s):
         self._place(node, self.queue)
+
+    def on_access(self, node, now_s, hit=False):
+        # QueuePolicy.on_access with _on_touch inlined (it runs for every node of every path).
+        if hit:
+            entry = node.policy_data
+            if entry is not None and entry.queue is not None:
+                entry.flag = True
 
     def _on_touch(self, node, hit, now_s):
         if hit:
