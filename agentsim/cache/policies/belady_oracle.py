@@ -84,6 +84,16 @@ class BeladyOracle(KVFlow):
         self._queued.add(owner)
         self._heap_valid = False
 
+    # While no owner is queued, on_access is KVFlow's, so KVFlow's path-touch shortcuts hold
+    # (the cache reads these before every path-touch; on_access only empties the queue).
+    @property
+    def access_leaf_only(self) -> bool:
+        return self._plain_leaf_rule and not self._queued
+
+    @property
+    def access_evictable_only(self) -> bool:
+        return not self._queued
+
     def on_access(self, node, now_s, hit=False):
         super().on_access(node, now_s, hit)
         if hit and self._queued:

@@ -65,7 +65,7 @@ class KVFlow(EvictionPolicy):
         self._agents: dict = {}           # owner -> [node, next_call_s]
         self._at: dict = {}               # node -> set of owners whose deepest node it is
         self.protected_evictions = 0      # victims chosen while a further-away class was empty
-        # Lazy min-heap of (lru key, push seq, entry) over the candidates, exact while no agent
+        # Lazy min-heap of (*lru key, push seq, entry) over the candidates, exact while no agent
         # is paused; invalid (rebuilt on demand) after any notification or eviction with one.
         self._heap: list = []
         self._heap_valid = True
@@ -97,7 +97,9 @@ class KVFlow(EvictionPolicy):
             else:
                 evictable = self.cache.is_evictable(entry)
             if evictable:
-                heapq.heappush(self._heap, (self._lru_key(entry), next(self._seq), entry))
+                # (_lru_key(entry), seq, entry) flattened: same order, cheaper comparisons.
+                heapq.heappush(self._heap, (entry.last_access_s, -(entry.start_block + len(entry.keys)),
+                                            entry.node_id, next(self._seq), entry))
                 if len(self._heap) > 4 * len(self._candidates) + 4096:
                     self._heap_valid = False   # mostly superseded entries: rebuild at next eviction
 
@@ -168,7 +170,7 @@ class KVFlow(EvictionPolicy):
     @staticmethod
     def _lru_key(entry) -> tuple:
         """The key's time-invariant part: ``key`` minus the (constant) class when no agent is paused."""
-        return (entry.last_access_s, -entry.end_block, entry.node_id)
+        return (entry.last_access_s, -(entry.start_block + len(entry.keys)), entry.node_id)  # -end_block
 
     # --- the decision -------------------------------------------------------------------------------
     def pop_victim(self, now_s):
@@ -187,7 +189,7 @@ class KVFlow(EvictionPolicy):
         seq = self._seq
         for entry in self._candidates:
             if entry.alive and is_evictable(entry):
-                heap.append((self._lru_key(entry), next(seq), entry))
+                heap.append(self._lru_key(entry) + (next(seq), entry))
             else:
                 stale.append(entry)
         for entry in stale:
@@ -206,7 +208,8 @@ class KVFlow(EvictionPolicy):
         is_evictable = self.cache.is_evictable
         plain = self._plain_leaf_rule
         while heap:
-            key, _seq, entry = heap[0]
+            item = heap[0]  # flat: (*lru key, seq, entry)
+            entry = item[4]
             if plain:  # RadixCache.is_evictable, inlined
                 evictable = entry.alive and not entry.lock_ref and not entry.children and entry.parent is not None
             else:
@@ -214,9 +217,9 @@ class KVFlow(EvictionPolicy):
             if not evictable:
                 heapq.heappop(heap)
                 continue
-            current = self._lru_key(entry)
-            if current != key:
-                heapq.heapreplace(heap, (current, next(self._seq), entry))
+            last, neg_end, node_id = entry.last_access_s, -(entry.start_block + len(entry.keys)), entry.node_id
+            if item[0] != last or item[1] != neg_end or item[2] != node_id:  # key out of date
+                heapq.heapreplace(heap, (last, neg_end, node_id, next(self._seq), entry))
                 continue
             heapq.heappop(heap)
             return entry
