@@ -70,11 +70,21 @@ class ARC(QueuePolicy):
         self.p = p
 
     def _admit_new(self, node, now_s):
-        for part, was_ghost in split_by_membership(self.cache, node, self._ghost_hits):
-            if part.policy_data is None:
-                part.policy_data = type(node.policy_data)()
-            self._place(part, self.t2 if was_ghost else self.t1)
+        hits = self._ghost_hits
+        if not hits or hits.isdisjoint(node.keys):  # the common case, without the split machinery
+            self._place(node, self.t1)
+        else:
+            for part, was_ghost in split_by_membership(self.cache, node, hits):
+                if part.policy_data is None:
+                    part.policy_data = type(node.policy_data)()
+                self._place(part, self.t2 if was_ghost else self.t1)
         self._pending_b2.clear()
+
+    def on_access(self, node, now_s, hit=False):
+        # QueuePolicy.on_access with _on_touch inlined (it runs twice per node of every path).
+        entry = node.policy_data
+        if entry is not None and entry.queue is not None:
+            self._place(node, self.t2 if hit else entry.queue)
 
     def _on_touch(self, node, hit, now_s):
         entry = node.policy_data
@@ -90,15 +100,21 @@ class ARC(QueuePolicy):
         if self._pending_b2:
             return self._replace(self._pending_b2.popleft())
         c = self.c
-        if self.t1.blocks + len(self.b1) + 1 > c:
-            if self.t1.blocks < c:
-                self.b1.trim(max(0, len(self.b1) - 1))
+        t1 = self.t1.blocks
+        # The ghosts' OrderedDicts directly: len() of them without Ghost.__len__'s frame, and
+        # "trim to one less" is dropping the oldest key, if any.
+        b1 = self.b1._member
+        if t1 + len(b1) + 1 > c:
+            if t1 < c:
+                if b1:
+                    b1.popitem(False)
                 return self._replace(False)
             node = self._front(self.t1) or self._front(self.t2)
             self._drop_without_ghost = node
             return node
-        if self.t1.blocks + self.t2.blocks + len(self.b1) + len(self.b2) >= 2 * c:
-            self.b2.trim(max(0, len(self.b2) - 1))
+        b2 = self.b2._member
+        if t1 + self.t2.blocks + len(b1) + len(b2) >= 2 * c and b2:
+            b2.popitem(False)
         return self._replace(False)
 
     def _on_removed(self, node, keys, queue, reason):
