@@ -42,6 +42,7 @@ from typing import Literal
 from pydantic import Field
 
 from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.policy import KeyedLeafPolicy
 from agentsim.cache.policies.ttl_pin import PinWrapper, PinWrapperParams, _node
 
 
@@ -71,6 +72,7 @@ class InferCept(PinWrapper):
         self._sums: dict[str, list[float]] = {}      # kind -> [sum, count]
         self._pending: list = []                       # (action, node) to apply after the unpin
         self._discarded: dict = {}                     # node -> True: soft-discarded, evict first
+        self._trim_when_idle = False                   # see _adopt_trim_in_place
         self.actions = {"preserve": 0, "swap": 0, "discard": 0}
         self.swapped_blocks = 0
         self.discarded_blocks = 0
@@ -178,8 +180,18 @@ class InferCept(PinWrapper):
         super().on_remove(node, blocks, reason)
 
     def _adopt_trim_in_place(self) -> None:
-        """Always split: a pending discard holds an unpinned node until the next timer; a split
-        of it leaves that object dead (the discard then does nothing), an in-place trim would not."""
+        """Trim in place as the other pin wrappers do, but only while no discard is pending or
+        soft: a pending discard holds an unpinned node until the next timer (a split of it
+        leaves that object dead and the discard does nothing, an in-place trim would not), and
+        a split re-enters the upper part at the end of ``_discarded``, whose order decides
+        victims. Otherwise a trim with a renewed id is the split exactly, as for TTL-pin."""
+        self._trim_when_idle = self.base.trim_in_place and isinstance(self.base, KeyedLeafPolicy)
+        if self._trim_when_idle:
+            self.trim_renews_id = True
+
+    @property
+    def trim_in_place(self) -> bool:  # read by the cache at each partial eviction
+        return self._trim_when_idle and not self._pending and not self._discarded
 
     @property
     def access_leaf_only(self) -> bool:
