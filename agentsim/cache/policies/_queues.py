@@ -104,7 +104,7 @@ class Ghost:
     def trim(self, limit_blocks: int) -> None:
         """Drop the oldest keys (of a batch, the deepest: evicted first) down to ``limit_blocks``."""
         member = self._member
-        excess = len(member) - max(0, limit_blocks)
+        excess = len(member) - (limit_blocks if limit_blocks > 0 else 0)
         if excess == 1:
             member.popitem(False)
         elif excess > 1:  # popitem(False) called ``excess`` times from C, no bytecode per key
@@ -114,10 +114,6 @@ class Ghost:
         pop = self._member.pop
         for k in keys:
             pop(k, None)
-
-    def remove(self, key: int) -> bool:
-        """Drop ``key``; True if it was a member."""
-        return self._member.pop(key, _ABSENT) is not _ABSENT
 
     def remove(self, key: int) -> bool:
         """Drop ``key``; True if it was a member."""
@@ -135,9 +131,6 @@ class Ghost:
 
     def state_bytes(self) -> int:
         return 16 * len(self._member)
-
-
-_ABSENT = object()
 
 
 _ABSENT = object()
@@ -162,6 +155,11 @@ class QueuePolicy(EvictionPolicy):
         cls = type(self)
         if cls.on_access is QueuePolicy.on_access and cls._on_touch is QueuePolicy._on_touch:
             self.access_leaf_only = self.access_evictable_only = True
+        # In leaf_only mode on_release does nothing (a released node is offered again through
+        # on_candidate once it is a leaf): expose the base class's no-op, which the cache (and a
+        # wrapper that forwards to this policy) then skips instead of calling it per node.
+        if self._leaf_only and cls.on_release is QueuePolicy.on_release:
+            self.on_release = EvictionPolicy.on_release.__get__(self)
         self._seq = 0
         self.skipped_entries = 0  # ineligible entries passed over (spec: report the skip count)
 

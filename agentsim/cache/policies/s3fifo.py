@@ -54,7 +54,15 @@ class S3FIFO(QueuePolicy):
             self.ghost.discard(self._ghost_hits)
 
     def _admit_new(self, node, now_s):
-        for part, was_ghost in split_by_membership(self.cache, node, self._ghost_hits):
+        hits = self._ghost_hits
+        if not hits or hits.isdisjoint(node.keys):  # the common case, without the split machinery
+            node.policy_data.freq = 0
+            if not self._has_evicted and self.small.blocks >= self.small_cap:
+                self._place(node, self.main)
+            else:
+                self._place(node, self.small)
+            return
+        for part, was_ghost in split_by_membership(self.cache, node, hits):
             if part.policy_data is None:
                 part.policy_data = type(node.policy_data)()
             part.policy_data.freq = 0

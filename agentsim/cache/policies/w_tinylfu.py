@@ -68,7 +68,7 @@ class WTinyLFU(QueuePolicy):
     def _on_touch(self, node, hit, now_s):
         queue = node.policy_data.queue
         if hit:
-            self._count(node)
+            self.sketch.increment(node.keys[-1])  # _count(node)
             if queue is self.probation:
                 self._place(node, self.protected)
                 while self.protected.blocks > self.protected_cap:
