@@ -291,7 +291,9 @@ class RadixCache:
                 return False
             if victim.lock_ref or not victim.alive or (victim.children and not policy.allows_orphans):
                 raise InvariantViolation(f"policy {policy.registered_name} chose a non-evictable node {victim!r}")
-            take = min(len(victim.keys), n_blocks - freed)
+            take = len(victim.keys)
+            if take > n_blocks - freed:  # min() with two arguments costs ~10x this test
+                take = n_blocks - freed
             self.remove_tail(victim, take, reason)
             freed += take
         return True

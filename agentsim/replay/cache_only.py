@@ -187,7 +187,9 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
         hit_blocks += hit
         if per_request is not None:
             per_request.append(hit)
-        hit_tokens += min(hit * request.block_tokens, request.input_tokens)
+        # min(hit blocks' tokens, input tokens), without min()'s generic call (~10x a test)
+        tokens = hit * request.block_tokens
+        hit_tokens += tokens if tokens < request.input_tokens else request.input_tokens
         if check_invariants:
             cache.check_invariants()
     elapsed = time.perf_counter() - started

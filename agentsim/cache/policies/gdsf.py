@@ -115,8 +115,8 @@ class GDSF(KeyedLeafPolicy):
         super().on_split(upper, lower)
 
     def on_remove(self, node, blocks, reason):
-        if reason == "capacity" and node.policy_data is not None:
-            self.inflation = max(self.inflation, node.policy_data)
+        if reason == "capacity" and node.policy_data is not None and node.policy_data > self.inflation:
+            self.inflation = node.policy_data  # L = max(L, H of the evicted run)
         if node.alive and node.policy_data is not None:
             # Trimmed in place: priced as on_split prices the upper part that remains.
             frequency = node.hit_count + 1
