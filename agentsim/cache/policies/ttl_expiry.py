@@ -138,7 +138,12 @@ class TTLExpiry(_Delegate):
         return (node.last_access_s if self._refresh else node.created_s) + self.ttl_s
 
     def _arm(self, node):
-        if math.isinf(self.ttl_s) or not self._evictable(node):
+        if math.isinf(self.ttl_s):
+            return
+        if self._plain_leaf_rule:  # _evictable, inlined: this runs for every notification
+            if not (node.alive and not node.lock_ref and not node.children and node.parent is not None):
+                return
+        elif not self.cache.is_evictable(node):
             return
         deadline = (node.last_access_s if self._refresh else node.created_s) + self.ttl_s
         heapq.heappush(self._deadlines, (deadline, node.node_id, node))
@@ -170,8 +175,15 @@ class TTLExpiry(_Delegate):
         heap = self._deadlines
         evictable = self._evictable
         deadline_s = self.deadline_s
+        plain = self._plain_leaf_rule
+        refresh, ttl_s = self._refresh, self.ttl_s
         while heap:
             deadline, _id, node = heap[0]
+            # The top's check with _evictable and deadline_s inlined (it runs before every
+            # request of a replay); anything else goes the general way below.
+            if (plain and node.alive and not node.lock_ref and not node.children and node.parent is not None
+                    and (node.last_access_s if refresh else node.created_s) + ttl_s == deadline):
+                return heap[0]
             if node.alive and evictable(node) and deadline_s(node) == deadline:
                 return heap[0]
             heapq.heappop(heap)
