@@ -59,12 +59,20 @@ class ARC(QueuePolicy):
         for key in reversed(missing):  # deepest first, as a per-block stream would see them
             if key not in hits:
                 continue
+            # p = min(p + max(n2 // n1, 1), c) and p = max(p - max(n1 // n2, 1), 0), spelled
+            # with comparisons (two-argument min/max cost ~10x as much).
             if key in in_b1:  # membership as found before any removal; B1 first
-                p = min(p + max(n2 // n1, 1), c)
+                step = n2 // n1
+                p += step if step > 1 else 1
+                if p > c:
+                    p = c
                 n1 -= b1.remove(key)
                 pending.append(False)
             else:
-                p = max(p - max(n1 // n2, 1), 0)
+                step = n1 // n2
+                p -= step if step > 1 else 1
+                if p < 0:
+                    p = 0
                 n2 -= b2.remove(key)
                 pending.append(True)
         self.p = p

@@ -113,7 +113,7 @@ class S3FIFO(QueuePolicy):
                 return None
             entry = node.policy_data
             if entry.freq >= 1:
-                entry.freq = min(entry.freq, 3) - 1
+                entry.freq = (entry.freq if entry.freq < 3 else 3) - 1  # min(freq, 3) - 1, without min()
                 self._place(node, self.main)
                 continue
             return node
