@@ -154,3 +154,62 @@ def test_invalidate_drops_only_the_unshared_tail_past_the_offset():
     freed = cache.invalidate([1, 2, 3, 4, 70, 71], from_block=3)
     assert freed == 3 and resident_keys(cache) == {1, 2, 3}
     cache.check_invariants()
+
+
+# --- RadixCache.serve (the cache-only replay's fused request) ------------------------------
+
+def _serve_trace(seed, n_requests=120, n_convs=7, max_turn=6):
+    """Conversations growing turn by turn under shared prefixes, with forks and long requests."""
+    import random
+
+    rng = random.Random(seed)
+    histories = {c: [1, 2, 3][: 1 + c % 3] for c in range(n_convs)}
+    next_key = 100
+    requests = []
+    for _ in range(n_requests):
+        conv = rng.randrange(n_convs)
+        if rng.random() < 0.1:  # fork: a new conversation from part of another's history
+            histories[conv] = list(histories[rng.randrange(n_convs)][: rng.randint(0, 6)])
+        turn = list(range(next_key, next_key + rng.randint(1, max_turn)))
+        next_key += len(turn)
+        histories[conv] = histories[conv] + turn
+        requests.append(list(histories[conv]))
+    return requests
+
+
+def _steps_request(cache, keys, keep, now):
+    """The step-by-step flow serve() fuses: match, then pin/reserve/commit/unpin if blocks miss."""
+    node, hit = cache.match(keys, now)
+    fresh = keep - hit
+    if fresh > 0:
+        cache.pin(node)
+        assert cache.reserve(fresh, now)
+        cache.unpin(cache.commit(node, keys[hit:keep], hit, fresh, now))
+    return hit
+
+
+@pytest.mark.parametrize("name", sorted(EVICTION_POLICIES.names()))
+def test_serve_is_the_step_by_step_request_exactly(name):
+    """Same hits, evictions, tree and policy state (describe, counters) as the separate steps."""
+    for seed in range(3):
+        requests = _serve_trace(seed)
+        for capacity in (5, 12, 40):
+            states = []
+            for fused in (False, True):
+                policy = EVICTION_POLICIES.get(name)(EVICTION_POLICIES.validate_params(name, {}))
+                cache = RadixCache(capacity, policy)
+                if hasattr(policy, "set_future"):
+                    policy.set_future(requests)
+                hits = []
+                for i, keys in enumerate(requests):
+                    if hasattr(policy, "begin_request"):
+                        policy.begin_request(i)
+                    keep = min(len(keys), capacity)
+                    hits.append(cache.serve(keys, keep, float(i)) if fused
+                                else _steps_request(cache, keys, keep, float(i)))
+                    cache.check_invariants()
+                tree = sorted((n.start_block, tuple(n.keys), n.lock_ref, n.last_access_s, n.hit_count)
+                              for n in cache.iter_nodes())
+                states.append((hits, cache.evicted_blocks, cache.inserted_blocks, tree,
+                               repr(policy.describe()), repr(policy.counters())))
+            assert states[0] == states[1], (name, seed, capacity)
