@@ -21,6 +21,13 @@ class KeyAllocator:
         self._next += count
         return list(range(start, start + count))
 
+    def extend(self, keys: list[int], count: int) -> None:
+        """Append ``count`` fresh keys to ``keys`` (``keys.extend(take(count))`` without the
+        temporary list: every call of every session extends its context this way)."""
+        start = self._next
+        self._next += count
+        keys.extend(range(start, start + count))
+
 
 class TokenStream:
     """A context of ``tokens`` tokens and the keys of its full blocks.
@@ -43,7 +50,7 @@ class TokenStream:
     def _fill(self) -> None:
         missing = self.tokens // self.block_tokens - len(self.keys)
         if missing > 0:
-            self.keys.extend(self._alloc.take(missing))
+            self._alloc.extend(self.keys, missing)
 
     def append(self, tokens: int) -> None:
         """Append ``tokens`` new tokens (outputs, tool results, user text)."""
