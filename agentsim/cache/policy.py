@@ -62,6 +62,12 @@ class EvictionPolicy:
     #: False if :meth:`on_access` with ``hit=False`` (an insert re-stamping its path) never does
     #: anything; :meth:`RadixCache.serve` then skips that notification walk (SIEVE, S3-FIFO).
     restamp_notifies: ClassVar[bool] = True
+    #: Optional ``restamp_is_noop(node) -> bool`` (None: not offered), asked by
+    #: :meth:`RadixCache.serve` before that re-stamp walk (``node``: the request's new node; the
+    #: walk goes up from it, over the path its match touched just before). True means the walk's
+    #: notifications would change no ranking and the policy applied their other effects itself:
+    #: the walk is skipped (its time stamps are already ``now_s``).
+    restamp_is_noop = None
 
     def __init__(self, params: BaseModel | None = None):
         self.params = params if params is not None else (self.Params() if self.Params else None)

@@ -523,14 +523,17 @@ class RadixCache:
         self.inserted_blocks += fresh
         # The commit's path-touch (hit=False). The match stamped this same path at ``now_s`` (a
         # new node is created with it), so for a policy that acts only on evictable leaves it
-        # is a no-op (the deepest node is pinned), as for one whose re-stamp does nothing.
+        # is a no-op (the deepest node is pinned), as for one whose re-stamp does nothing, or
+        # that says this one changes nothing (``restamp_is_noop``).
         if not policy.access_leaf_only and policy.restamp_notifies:
-            on_access = policy.on_access
-            walk = node
-            while walk.parent is not None:
-                walk.last_access_s = now_s
-                on_access(walk, now_s, False)
-                walk = walk.parent
+            restamp_is_noop = policy.restamp_is_noop
+            if restamp_is_noop is None or not restamp_is_noop(node):
+                on_access = policy.on_access
+                walk = node
+                while walk.parent is not None:
+                    walk.last_access_s = now_s
+                    on_access(walk, now_s, False)
+                    walk = walk.parent
         # unpin (as unpin(), whose lock counts cannot go negative here: this request pinned them)
         on_candidate = policy.on_candidate
         on_release = policy.on_release if self._notify_release else None

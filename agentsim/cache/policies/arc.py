@@ -34,6 +34,7 @@ class ARC(QueuePolicy):
         self._ghost_hits: set[int] = set()
         self._pending_b2: deque[bool] = deque()
         self._drop_without_ghost = None
+        self._admitted_whole = False  # the last insert went to T1 whole (see restamp_is_noop)
 
     def bind(self, cache):
         super().bind(cache)
@@ -81,7 +82,9 @@ class ARC(QueuePolicy):
         hits = self._ghost_hits
         if not hits or hits.isdisjoint(node.keys):  # the common case, without the split machinery
             self._place(node, self.t1)
+            self._admitted_whole = True
         else:
+            self._admitted_whole = False
             for part, was_ghost in split_by_membership(self.cache, node, hits):
                 if part.policy_data is None:
                     part.policy_data = type(node.policy_data)()
@@ -97,6 +100,25 @@ class ARC(QueuePolicy):
     def _on_touch(self, node, hit, now_s):
         entry = node.policy_data
         self._place(node, self.t2 if hit else entry.queue)
+
+    def restamp_is_noop(self, node) -> bool:
+        """Whether the insert's re-stamp in RadixCache.serve would change no order (see
+        EvictionPolicy.restamp_is_noop); if so, renew the entries' versions as it would.
+
+        The re-stamp moves each run of the path to its list's MRU end, new node first. The
+        match of the same request just moved every run above the new node to T2's MRU end in
+        that order, and nothing entered T2 since if the new node went to T1 whole (evictions
+        place nothing): the runs are already in their re-stamped order, and so is the new node,
+        T1's newest. The path is pinned, so the moves would push nothing, only renew versions.
+        """
+        if not self._admitted_whole:
+            return False
+        while node.parent is not None:
+            entry = node.policy_data
+            if entry is not None and entry.queue is not None:
+                entry.ver += 1
+            node = node.parent
+        return True
 
     def _replace(self, in_b2: bool):
         t1 = self.t1.blocks
