@@ -65,8 +65,12 @@ class WTinyLFU(QueuePolicy):
         # As a split would: the remaining run's new deepest key takes the run's count.
         self.sketch.increment(node.keys[-blocks - 1], self.sketch.estimate(node.keys[-1]))
 
-    def _on_touch(self, node, hit, now_s):
-        queue = node.policy_data.queue
+    def on_access(self, node, now_s, hit=False):
+        # QueuePolicy.on_access with _on_touch inlined (it runs twice per node of every path).
+        entry = node.policy_data
+        if entry is None or entry.queue is None:
+            return
+        queue = entry.queue
         if hit:
             self.sketch.increment(node.keys[-1])  # _count(node)
             if queue is self.probation:
@@ -78,6 +82,9 @@ class WTinyLFU(QueuePolicy):
                     self._place(demoted, self.probation)
                 return
         self._place(node, queue)
+
+    def _on_touch(self, node, hit, now_s):
+        self.on_access(node, now_s, hit)
 
     def _main_victim(self):
         return self._front(self.probation) or self._front(self.protected)
