@@ -84,6 +84,18 @@ def test_sieve_passes_visited_and_moves_hand():
     assert [k for k, _, _ in log] == [2, 3]
 
 
+def test_sieve_hand_resumes_at_the_rest_of_a_partly_evicted_run():
+    """Per-block SIEVE: after evicting a run's tail, the hand's next stop is the run's rest."""
+    for mode in ("leaf_only", "cascade", "flat"):  # cascade splits the run, the others trim it
+        cache, _ = make("sieve", 6, tree_mode=mode)
+        for keys in ([1, 2, 3, 4], [10], [20]):
+            run_request(cache, keys, 0.0)
+        log = eviction_log(cache)
+        run_request(cache, [30], 1.0)  # one block: the tail of [1, 2, 3, 4]
+        run_request(cache, [40], 2.0)  # the hand stays on that run: its new tail, not [10]
+        assert [k for k, _, _ in log] == [4, 3], mode
+
+
 def test_s3fifo_one_hit_wonders_leave_from_small_and_ghost_hits_go_main():
     cache, policy = make("s3fifo", 10, tree_mode="flat", move_to_main_threshold=1)
     for k in range(1, 11):
