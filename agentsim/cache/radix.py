@@ -448,27 +448,8 @@ class RadixCache:
         """
         policy = self.policy
         root = self.root
-        # match: descend (as :func:`descend`) ...
-        node = root
-        pos = 0
-        n = len(keys)
-        children = root.children
-        while pos < n:
-            child = children.get(keys[pos])
-            if child is None:
-                break
-            run = child.keys
-            length = len(run)
-            if keys[pos:pos + length] == run:
-                pos += length
-                node = child
-                children = child.children
-                continue
-            common = _common_prefix(run, keys, pos)
-            node = self._split(child, common)
-            pos += common
-            break
-        hit = pos
+        # match: descend ...
+        node, hit = descend(root, keys, self._split)
         # ... then path-touch and lookup notification (as _touch_path(node, now_s, hit=True)).
         if node is not root:
             if policy.access_leaf_only:
