@@ -312,7 +312,9 @@ class QueuePolicy(EvictionPolicy):
         raise NotImplementedError
 
     def _on_touch(self, node, hit: bool, now_s: float) -> None:
-        """A path-touch of a member; ``hit`` distinguishes reuse from an insert's re-stamp."""
+        """A path-touch of a member; ``hit`` distinguishes reuse from an insert's re-stamp.
+        Policies on the hot path override :meth:`on_access` instead (one frame less per node of
+        every touched path), doing the member check themselves."""
 
     def _on_removed(self, node, keys: list[int], queue: Queue | None, reason: str) -> None:
         """Blocks ``keys`` of ``node`` (all of it, or its tail if trimmed in place) left the

@@ -31,7 +31,7 @@ class S3FIFO(QueuePolicy):
     """Small/main/ghost FIFOs with quick demotion of one-hit runs."""
 
     Params = S3FIFOParams
-    restamp_notifies = False  # only hits count (see _on_touch)
+    restamp_notifies = False  # only hits count (see on_access)
 
     def __init__(self, params=None):
         super().__init__(params)
@@ -74,15 +74,12 @@ class S3FIFO(QueuePolicy):
                 self._place(part, self.small)
 
     def on_access(self, node, now_s, hit=False):
-        # QueuePolicy.on_access with _on_touch inlined (it runs for every node of every path).
+        # Overrides QueuePolicy.on_access, not its _on_touch hook: one frame less
+        # (it runs for every node of every path).
         if hit:
             entry = node.policy_data
             if entry is not None and entry.queue is not None:
                 entry.freq += 1
-
-    def _on_touch(self, node, hit, now_s):
-        if hit:
-            node.policy_data.freq += 1
 
     def _select(self, now_s):
         self._has_evicted = True

@@ -33,7 +33,7 @@ def _position(key: tuple) -> int:
 class SIEVE(QueuePolicy):
     """FIFO with lazy promotion by a visited bit and a moving hand."""
 
-    restamp_notifies = False  # only hits set the bit (see _on_touch)
+    restamp_notifies = False  # only hits set the bit (see on_access)
 
     def __init__(self, params=None):
         super().__init__(params)
@@ -110,15 +110,12 @@ class SIEVE(QueuePolicy):
         self._place(node, self.queue)
 
     def on_access(self, node, now_s, hit=False):
-        # QueuePolicy.on_access with _on_touch inlined (it runs for every node of every path).
+        # Overrides QueuePolicy.on_access, not its _on_touch hook: one frame less
+        # (it runs for every node of every path).
         if hit:
             entry = node.policy_data
             if entry is not None and entry.queue is not None:
                 entry.flag = True
-
-    def _on_touch(self, node, hit, now_s):
-        if hit:
-            node.policy_data.flag = True
 
     def _select(self, now_s):
         ready = self._ready
