@@ -32,6 +32,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from agentsim.config.yaml_text import safe_load
 from agentsim.errors import InputError
 
 #: Requests of at most this many cells are overlaid in a sweep's latency CDF (legibility).
@@ -82,7 +83,7 @@ def warmup_of(run_dir: Path) -> float:
         return 0.0
     import yaml
 
-    data = yaml.safe_load(path.read_text()) or {}
+    data = safe_load(path.read_text()) or {}
     value = (data.get("run") or {}).get("warmup_s", 0.0)
     return float(value) if isinstance(value, (int, float)) else 0.0
 

@@ -19,20 +19,17 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from agentsim.config.scenario import Scenario
+from agentsim.config.yaml_text import compose, safe_load
 from agentsim.errors import InputError
 
 Path_ = tuple[str | int, ...]
-
-
-class _LineLoader(yaml.SafeLoader):
-    """A SafeLoader that records the line of every mapping key and sequence item."""
 
 
 def _compose_lines(text: str) -> dict[Path_, int]:
     """Map YAML paths to 1-based line numbers by walking the composed node graph."""
     lines: dict[Path_, int] = {}
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = compose(text)
     except yaml.YAMLError:
         return lines
 
@@ -65,7 +62,7 @@ def read_yaml(path: Path) -> tuple[Any, dict[Path_, int]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read file ({exc.__class__.__name__}: {exc})", source) from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
@@ -81,7 +78,7 @@ def _reject_duplicate_keys(text: str, source: str) -> None:
     """PyYAML keeps the last of two equal keys silently; a scenario that says a thing twice is
     ambiguous, so name the second occurrence instead."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = compose(text)
     except yaml.YAMLError:
         return
     stack: list[tuple[yaml.Node, Path_]] = [(root, ())] if root is not None else []
@@ -119,7 +116,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key or any(not part for part in key.split(".")):
         raise InputError(f"--set has an empty path in {text!r}", "--set")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return key.split("."), value

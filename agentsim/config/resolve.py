@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from agentsim.config.yaml_text import safe_load
 from agentsim.errors import InputError
 from agentsim.hardware.profiles import load_catalogue
 
@@ -71,7 +72,7 @@ def load_fit_file(path: Path, source: str, location: str) -> dict:
     if not path.exists():
         raise InputError(f"fit file {str(path)!r} not found", source, location)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise InputError(f"fit file {str(path)!r} is not valid YAML ({exc.__class__.__name__})", source, location) from None
     if not isinstance(data, dict) or not isinstance(data.get("quantities"), dict):

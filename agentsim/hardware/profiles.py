@@ -10,12 +10,12 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import resources
 
-import yaml
+from agentsim.config.yaml_text import safe_load
 
 
 @lru_cache(maxsize=None)
 def load_catalogue(name: str) -> dict[str, dict]:
     """``name`` is ``hardware`` or ``models``; returns {profile name: fields}."""
     text = resources.files("agentsim").joinpath("profiles", f"{name}.yaml").read_text()
-    data = yaml.safe_load(text) or {}
+    data = safe_load(text) or {}
     return {key: value for key, value in data.items() if isinstance(value, dict)}

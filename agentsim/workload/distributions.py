@@ -187,9 +187,20 @@ class Sampler:
 
 
 class _ScipySampler(Sampler):
-    def __init__(self, spec: _Spec, frozen):
+    """A ``scipy.stats`` family. The frozen distribution is built on first use: importing
+    ``scipy.stats`` takes about a second, and a run whose families all draw directly
+    (:class:`_DirectSampler`) and never asks for a mean does not need it."""
+
+    def __init__(self, spec: _Spec, make_frozen):
         super().__init__(spec)
-        self.frozen = frozen
+        self._make_frozen = make_frozen
+        self._frozen = None
+
+    @property
+    def frozen(self):
+        if self._frozen is None:
+            self._frozen = self._make_frozen(_scipy_stats())
+        return self._frozen
 
     def _raw(self, rng, n):
         return self.frozen.rvs(size=n, random_state=rng)
@@ -205,8 +216,8 @@ class _DirectSampler(_ScipySampler):
     per-call argument checking and broadcasting (~90% of a single draw's cost), which the
     simulation pays for every sampled gap and length."""
 
-    def __init__(self, spec: _Spec, frozen, draw, draw_one, scale: float, loc: float):
-        super().__init__(spec, frozen)
+    def __init__(self, spec: _Spec, make_frozen, draw, draw_one, scale: float, loc: float):
+        super().__init__(spec, make_frozen)
         self.draw = draw
         self.draw_one = draw_one
         self.scale = scale
@@ -273,36 +284,40 @@ class _MixtureSampler(Sampler):
         return float(sum(w * p.mean() for w, p in zip(self.weights, self.parts)))
 
 
-def build(spec: _Spec) -> Sampler:
-    """A sampler for a validated spec."""
-    # Imported here: scipy.stats takes ~0.6 s to import and runs that only replay traces or
-    # validate scenarios never build a sampler.
+def _scipy_stats():
+    """``scipy.stats``, imported on first need (about a second; most runs never need it)."""
     from scipy import stats
 
+    return stats
+
+
+def build(spec: _Spec) -> Sampler:
+    """A sampler for a validated spec (``scipy.stats`` families are frozen lazily: see
+    :class:`_ScipySampler`)."""
     if isinstance(spec, Constant):
         return _ConstantSampler(spec)
     if isinstance(spec, Exponential):
-        return _DirectSampler(spec, stats.expon(loc=spec.loc, scale=spec.mean),
+        return _DirectSampler(spec, lambda stats: stats.expon(loc=spec.loc, scale=spec.mean),
                               lambda rng, n: rng.standard_exponential(n), lambda rng: rng.standard_exponential(),
                               spec.mean, spec.loc)
     if isinstance(spec, LogNormal):
         sigma = spec.sigma
-        return _DirectSampler(spec, stats.lognorm(s=sigma, loc=spec.loc, scale=spec.median),
+        return _DirectSampler(spec, lambda stats: stats.lognorm(s=sigma, loc=spec.loc, scale=spec.median),
                               lambda rng, n: np.exp(sigma * rng.standard_normal(n)),
                               lambda rng: np.exp(sigma * rng.standard_normal()), spec.median, spec.loc)
     if isinstance(spec, Gamma):
         shape = spec.shape
-        return _DirectSampler(spec, stats.gamma(a=shape, loc=spec.loc, scale=spec.scale),
+        return _DirectSampler(spec, lambda stats: stats.gamma(a=shape, loc=spec.loc, scale=spec.scale),
                               lambda rng, n: rng.standard_gamma(shape, n), lambda rng: rng.standard_gamma(shape),
                               spec.scale, spec.loc)
     if isinstance(spec, Weibull):
-        return _ScipySampler(spec, stats.weibull_min(c=spec.shape, loc=spec.loc, scale=spec.scale))
+        return _ScipySampler(spec, lambda stats: stats.weibull_min(c=spec.shape, loc=spec.loc, scale=spec.scale))
     if isinstance(spec, LogLogistic):
-        return _ScipySampler(spec, stats.fisk(c=spec.shape, loc=spec.loc, scale=spec.scale))
+        return _ScipySampler(spec, lambda stats: stats.fisk(c=spec.shape, loc=spec.loc, scale=spec.scale))
     if isinstance(spec, Pareto):
-        return _ScipySampler(spec, stats.pareto(b=spec.shape, loc=spec.loc, scale=spec.scale))
+        return _ScipySampler(spec, lambda stats: stats.pareto(b=spec.shape, loc=spec.loc, scale=spec.scale))
     if isinstance(spec, Uniform):
-        return _ScipySampler(spec, stats.uniform(loc=spec.low, scale=spec.high - spec.low))
+        return _ScipySampler(spec, lambda stats: stats.uniform(loc=spec.low, scale=spec.high - spec.low))
     if isinstance(spec, Empirical):
         return _EmpiricalSampler(spec)
     if isinstance(spec, Mixture):
