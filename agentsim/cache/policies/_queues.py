@@ -27,8 +27,8 @@ Tree modes (``tree_mode`` parameter, section 1.4):
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from itertools import repeat, starmap
+from collections import OrderedDict, deque
+from itertools import repeat
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -76,23 +76,14 @@ class Ghost:
     """A FIFO of evicted block keys bounded in blocks (ARC's B1/B2, 2Q's A1out, S3-FIFO's G).
 
     Keys are stored per block because a re-inserted run may overlap an evicted one only in
-    part. Adding a batch appends its keys not yet present, in order (a present key keeps its
-    place); trimming drops the oldest keys.
-
-    Layout, chosen because every bulk step runs in C: a ``set`` of the members and a ``deque``
-    of keys in FIFO order. A batch of new keys is one ``set.update`` and one ``deque.extend``;
-    a trim pops its keys off the deque from C and removes them with one
-    ``set.difference_update``. A member removed early (a ghost hit) leaves its deque entry
-    behind, counted in ``_stale``; a trim skips such entries. A key's live entry is always its
-    newest, so the oldest entry of a key with a stale count is a stale one.
+    part. The FIFO is an ``OrderedDict`` in insertion order: adding a batch appends its keys
+    not yet present (a present key keeps its place), and trimming pops from the old end in O(1)
+    per key (a plain dict would rescan its deleted front entries).
     """
 
     def __init__(self, capacity_blocks: int):
         self.capacity_blocks = max(0, int(capacity_blocks))
-        self._member: set[int] = set()
-        self._order: deque[int] = deque()
-        #: key -> deque entries of it left behind by early removals (none for most keys)
-        self._stale: dict[int, int] = {}
+        self._member: OrderedDict[int, None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._member)
@@ -105,25 +96,8 @@ class Ghost:
         if self.capacity_blocks == 0 or not keys:
             return
         member = self._member
-        if member.isdisjoint(keys):
-            before = len(member)
-            member.update(keys)
-            if len(member) - before == len(keys):
-                self._order.extend(keys)
-            else:  # a key repeated within the batch: its first occurrence sets its place
-                append = self._order.append
-                seen = set()
-                for key in keys:
-                    if key not in seen:
-                        seen.add(key)
-                        append(key)
-        else:
-            add = member.add
-            append = self._order.append
-            for key in keys:
-                if key not in member:
-                    add(key)
-                    append(key)
+        for key in keys:  # faster than OrderedDict.update; a present key keeps its place
+            member[key] = None
         if len(member) > self.capacity_blocks:
             self.trim(self.capacity_blocks)
 
@@ -131,85 +105,35 @@ class Ghost:
         """Drop the oldest keys (of a batch, the deepest: evicted first) down to ``limit_blocks``."""
         member = self._member
         excess = len(member) - (limit_blocks if limit_blocks > 0 else 0)
-        while excess > 0:
-            # The oldest ``excess`` entries, popped from C; if none is stale they are all
-            # members (one C-level removal), else they are sorted out one by one.
-            popped = list(starmap(self._order.popleft, repeat((), excess)))
-            stale = self._stale
-            if not stale or stale.keys().isdisjoint(popped):
-                member.difference_update(popped)
-                return
-            for key in popped:
-                left = stale.get(key)
-                if left is None:
-                    member.remove(key)
-                elif left == 1:
-                    del stale[key]
-                else:
-                    stale[key] = left - 1
-            excess = len(member) - (limit_blocks if limit_blocks > 0 else 0)
-
-    def pop_oldest(self) -> None:
-        """Drop the oldest key, if any (ARC's one-key ghost trims; ``trim`` by one, without
-        its batch machinery)."""
-        member = self._member
-        if not member:
-            return
-        popleft = self._order.popleft
-        stale = self._stale
-        while True:
-            key = popleft()
-            left = stale.get(key) if stale else None
-            if left is None:
-                member.remove(key)
-                return
-            if left == 1:
-                del stale[key]
-            else:
-                stale[key] = left - 1
+        if excess == 1:
+            member.popitem(False)
+        elif excess > 1:  # popitem(False) called ``excess`` times from C, no bytecode per key
+            deque(map(member.popitem, repeat(False, excess)), maxlen=0)
 
     def discard(self, keys) -> None:
-        member = self._member
-        stale = self._stale
-        for key in keys:
-            if key in member:
-                member.remove(key)
-                stale[key] = stale.get(key, 0) + 1
+        pop = self._member.pop
+        for k in keys:
+            pop(k, None)
 
     def remove(self, key: int) -> bool:
         """Drop ``key``; True if it was a member."""
-        if key in self._member:
-            self._member.remove(key)
-            self._stale[key] = self._stale.get(key, 0) + 1
-            return True
-        return False
+        return self._member.pop(key, _ABSENT) is not _ABSENT
 
     def __contains__(self, key: int) -> bool:
         return key in self._member
 
     def any_of(self, keys: list[int]) -> bool:
-        return bool(self._member) and not self._member.isdisjoint(keys)
+        return bool(self._member) and not self._member.keys().isdisjoint(keys)
 
     def members_of(self, keys: list[int]) -> set[int]:
         """The members among ``keys`` (one C-level intersection)."""
-        return self._member.intersection(keys) if self._member else set()
-
-    def keys_in_order(self) -> list[int]:
-        """The members, oldest first (for tests and inspection)."""
-        stale = dict(self._stale)
-        out = []
-        for key in self._order:
-            left = stale.get(key)
-            if left:
-                stale[key] = left - 1
-            else:
-                out.append(key)
-        return out
+        return self._member.keys() & keys if self._member else set()
 
     def state_bytes(self) -> int:
         return 16 * len(self._member)
 
 
+_ABSENT = object()
 
 
 class QueuePolicy(EvictionPolicy):

@@ -128,20 +128,20 @@ class ARC(QueuePolicy):
             return self._replace(self._pending_b2.popleft())
         c = self.c
         t1 = self.t1.blocks
-        # The ghosts' member sets directly: len() of them without Ghost.__len__'s frame; "trim
-        # to one less" is dropping the oldest key, if any.
+        # The ghosts' OrderedDicts directly: len() of them without Ghost.__len__'s frame, and
+        # "trim to one less" is dropping the oldest key, if any.
         b1 = self.b1._member
         if t1 + len(b1) + 1 > c:
             if t1 < c:
                 if b1:
-                    self.b1.pop_oldest()
+                    b1.popitem(False)
                 return self._replace(False)
             node = self._front(self.t1) or self._front(self.t2)
             self._drop_without_ghost = node
             return node
         b2 = self.b2._member
         if t1 + self.t2.blocks + len(b1) + len(b2) >= 2 * c and b2:
-            self.b2.pop_oldest()
+            b2.popitem(False)
         return self._replace(False)
 
     def _on_removed(self, node, keys, queue, reason):
