@@ -71,3 +71,14 @@ def test_mixture_picks_the_components_numpy_choice_picks():
     assert ours.tobytes() == reference.tobytes()
     counts = np.bincount(which, minlength=3) / n
     assert np.allclose(counts, [0.3, 0.5, 0.2], atol=0.04)
+
+
+@pytest.mark.parametrize("value", [0.5, 1.5, 2.5, -2.5, 2.4999999999999996, 2.0**52 + 1.0, float("inf"), float("nan")])
+def test_rounding_a_single_draw_is_rint_half_to_even(value):
+    """The scalar path rounds with round(); it must give np.rint's value, ties to even."""
+    sampler = build(TypeAdapter(DistributionSpec).validate_python({"dist": "constant", "value": value, "round": True}))
+    one = sampler.sample(np.random.default_rng(0))
+    array = sampler.sample(np.random.default_rng(0), 1)[0]
+    assert isinstance(one, float)
+    assert one == array or (np.isnan(one) and np.isnan(array))
+    assert one == np.rint(value) or np.isnan(value)
