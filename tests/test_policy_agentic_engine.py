@@ -119,3 +119,19 @@ def test_unknown_admission_filter_is_an_input_error(tmp_path):
     result = run_cli("validate", str(REGIMES), "--set", "cache.admission=second_hits")
     assert result.returncode == 2
     assert "second_hit" in result.stderr + result.stdout and "Traceback" not in result.stderr
+
+
+def test_belady_headroom_can_be_switched_off_without_changing_the_run():
+    on = run_scenario(load_scenario(REGIMES))
+    off = run_scenario(load_scenario(REGIMES, overrides=["run.belady_headroom=false"]))
+    assert on.summary["belady_headroom"] is not None and "headroom_replay_wall_s" in on.summary
+    for key in ("belady_headroom", "belady_replay_hit_ratio", "policy_replay_hit_ratio"):
+        assert off.summary[key] is None
+    assert "headroom_replay_wall_s" not in off.summary
+    # Only the replay is skipped: everything the simulation measured is the same.
+    skip = {"belady_headroom", "belady_replay_hit_ratio", "policy_replay_hit_ratio", "headroom_replay_wall_s",
+            "wall_s", "simulated_requests_per_wall_s"}
+    assert {k: v for k, v in on.summary.items() if k not in skip} == \
+        {k: v for k, v in off.summary.items() if k not in skip}
+    for name, table in on.tables.items():
+        assert table.equals(off.tables[name]), name

@@ -312,6 +312,10 @@ class RunConfig(Strict):
     warmup_s: Seconds = Field(0.0, ge=0, description="requests arriving before this are excluded from latency summaries")
     progress_interval_s: Seconds = Field(60.0, gt=0, description="simulated seconds between progress updates")
     check_invariants: bool = Field(False, description="verify cache invariants after every event (slow)")
+    belady_headroom: bool = Field(
+        True, description="after the run, replay its request stream through Belady and the run's policy "
+                          "(summary: belady_headroom); off saves that replay (about half of a default run's "
+                          "time after the event loop) and the memory of the stream, e.g. in large sweeps")
 
 
 class Scenario(Strict):

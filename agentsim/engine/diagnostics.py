@@ -30,7 +30,8 @@ Added to every run's ``summary.json`` (and the printed table) by the engine:
   ``belady_headroom = belady - policy`` (block-weighted hit ratios, both in the same mode, so
   the difference is the policy's, not the timing's). In timed runs Belady itself is replay-only
   (a clairvoyant future depends on the timing the policy creates). Skipped (null) for caches
-  with lower tiers and for streams of more than :data:`HEADROOM_MAX_BLOCKS` blocks.
+  with lower tiers, for streams of more than :data:`HEADROOM_MAX_BLOCKS` blocks and when the
+  scenario sets ``run.belady_headroom: false`` (the stream is then not kept either).
 """
 
 from __future__ import annotations
@@ -138,6 +139,9 @@ class RunDiagnostics:
         # last tier, so that tier's evictions define T_C and the regime.
         self.recorders = [EvictionAgeRecorder(env, self._tier_policies(inst)[-1]) for inst in instances]
         self.streams: dict[int, list] = {inst.instance_id: [] for inst in instances}
+        # The headroom replay needs every request's keys; keep them only if it will run (not
+        # with tiers, whose replay is not defined, nor when the scenario switches it off).
+        self.keep_stream = not self.tiered and scenario.run.belady_headroom
         self.max_inflight_s = 0.0   # longest in-flight pin (admission to finish) of any request
 
     def observe_request(self, request) -> None:
@@ -147,7 +151,7 @@ class RunDiagnostics:
         inflight = request.finish_s - request.admitted_s
         if inflight > self.max_inflight_s:
             self.max_inflight_s = inflight
-        if self.tiered:
+        if not self.keep_stream:
             return
         self.streams[request.instance].append(
             (request.admitted_s, request.request_id, request.prompt_keys, request.total_keys))
@@ -235,7 +239,7 @@ class RunDiagnostics:
 
     def headroom(self) -> dict[str, Any]:
         empty = {"belady_replay_hit_ratio": None, "policy_replay_hit_ratio": None, "belady_headroom": None}
-        if self.tiered:
+        if not self.keep_stream:
             return empty
         total_blocks = sum(len(total) for stream in self.streams.values() for _t, _i, _p, total in stream)
         if total_blocks == 0 or total_blocks > HEADROOM_MAX_BLOCKS:
