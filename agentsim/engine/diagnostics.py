@@ -101,7 +101,7 @@ def replay_stream(stream: list[tuple[float, int, list[int], list[int]]], capacit
     cache = RadixCache(capacity_blocks, policy, name="replay")
     begin = getattr(policy, "begin_request", None)
     if getattr(policy, "set_future", None) is not None:
-        # Belady's next-use index (built with numpy sorts in Belady.set_future).
+        # Belady's next-use index (agentsim.cache.policies._next_use picks the builder).
         policy.set_future([prompt for _t, _id, prompt, _total in stream])
     timed = type(policy).next_timer_s is not EvictionPolicy.next_timer_s
     hits = requested = 0

@@ -8,7 +8,7 @@ latest next use of the run, so restricting MIN to evictable leaves loses nothing
 Feeding the future (the replay helper's API):
 * ``policy.set_future(requests)`` with the whole request sequence, each a sequence of block
   keys (a list, or a trace request's ``array("q")``; root first), builds a next-use index
-  (key -> sorted request positions), O(total blocks);
+  (key -> sorted request positions; ``_next_use``), O(total blocks);
 * ``policy.begin_request(i)`` before serving request ``i`` (0-based); next use is counted
   strictly after the current request, so the request's own blocks (pinned anyway) never
   count as their own next use.
@@ -21,13 +21,10 @@ use infinity and the policy degrades to "deepest, newest first" (documented, not
 from __future__ import annotations
 
 import bisect
-import itertools
-from array import array
 from typing import Sequence
 
-import numpy as np
-
 from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.policies._next_use import build_index
 from agentsim.cache.policy import KeyedLeafPolicy
 
 NEVER = float("inf")
@@ -51,63 +48,11 @@ class Belady(KeyedLeafPolicy):
 
     def set_future(self, requests: Sequence[Sequence[int]]) -> None:
         """Index every key's uses: ``_positions[_bounds[s]:_bounds[s + 1]]`` are the distinct
-        request indices (ascending) holding the key of slot ``s = _slot[key]`` (``s = key``
-        when ``_slot`` is None: the keys are exactly 0..n-1).
-
-        Built with numpy sorts (a per-key Python loop took ~0.4 s on the Mooncake trace); keys
-        that do not fit in int64 fall back to the same index built in Python.
+        request indices (ascending) holding the key(s) of slot ``s = _slot[key]`` (``s = key``
+        when ``_slot`` is None: the keys are exactly 0..n-1). Built by the fastest exact
+        builder of :mod:`agentsim.cache.policies._next_use` for the requests' shape.
         """
-        lengths = np.fromiter(map(len, requests), dtype=np.int64, count=len(requests))
-        if requests and all(type(keys) is array and keys.typecode == "q" for keys in requests):
-            # Trace requests' compact int64 key arrays: their buffers joined in C (no Python int
-            # per key, no numpy view per request).
-            keys = np.frombuffer(b"".join(requests), dtype=np.int64)
-        else:
-            try:
-                keys = np.fromiter(itertools.chain.from_iterable(requests), dtype=np.int64, count=int(lengths.sum()))
-            except OverflowError:
-                self._set_future_python(requests)
-                return
-        index = np.repeat(np.arange(len(requests), dtype=np.int64), lengths)
-        order = np.argsort(keys, kind="stable")  # stable: request order kept within a key
-        keys, index = keys[order], index[order]
-        if len(keys):
-            new_key = np.r_[True, keys[1:] != keys[:-1]]
-            keep = new_key.copy()
-            keep[1:] |= index[1:] != index[:-1]
-            if not keep.all():  # a key repeated within a request (rare): keep one use
-                keys, index = keys[keep], index[keep]
-                new_key = np.r_[True, keys[1:] != keys[:-1]]
-            first = np.flatnonzero(new_key)
-        else:
-            first = np.zeros(0, dtype=np.int64)
-        if len(first) and keys[first[0]] == 0 and keys[first[-1]] == len(first) - 1:
-            # The keys are exactly 0..n-1 (traces with dense block ids, e.g. Mooncake's hash
-            # ids): a key is its own slot, and the key -> slot dict is not built.
-            self._slot = None
-        else:
-            self._slot = dict(zip(keys[first].tolist(), range(len(first))))
-        # Compact int64 arrays, not lists: built without one Python int per use (~11 ms on
-        # Mooncake), and a next-use query reads only two bounds and a few bisect probes.
-        self._bounds = array("q", first.astype(np.int64).tobytes())
-        self._bounds.append(len(keys))
-        self._positions = array("q", index.astype(np.int64).tobytes())
-        self.position = -1
-
-    def _set_future_python(self, requests: Sequence[Sequence[int]]) -> None:
-        uses: dict[int, list[int]] = {}
-        for index, keys in enumerate(requests):
-            for key in keys:
-                positions = uses.get(key)
-                if positions is None:
-                    uses[key] = [index]
-                elif positions[-1] != index:
-                    positions.append(index)
-        self._slot, self._bounds, self._positions = {}, [0], []
-        for key, positions in uses.items():
-            self._slot[key] = len(self._slot)
-            self._positions.extend(positions)
-            self._bounds.append(len(self._positions))
+        self._slot, self._bounds, self._positions = build_index(requests)
         self.position = -1
 
     def begin_request(self, index: int) -> None:
