@@ -82,3 +82,24 @@ def test_rounding_a_single_draw_is_rint_half_to_even(value):
     assert isinstance(one, float)
     assert one == array or (np.isnan(one) and np.isnan(array))
     assert one == np.rint(value) or np.isnan(value)
+
+
+def test_a_default_run_does_not_import_scipy_stats():
+    """The default scenario's families draw with numpy; importing scipy.stats (about a second)
+    is left to the families and means that need it (a third of `agentsim run`'s time before)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = ("import sys\n"
+            "from agentsim.config.loader import load_scenario\n"
+            "from agentsim.engine.simulation import run_scenario\n"
+            "run_scenario(load_scenario('scenarios/coding-agents.yaml', overrides=['duration_s=2m']))\n"
+            "print('scipy.stats' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+    # A family drawn by scipy still works, importing it on first use.
+    sampler = build(TypeAdapter(DistributionSpec).validate_python({"dist": "weibull", "shape": 1.5, "scale": 2.0}))
+    assert sampler.sample(np.random.default_rng(0)) > 0 and sampler.mean() > 0
