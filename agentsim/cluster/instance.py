@@ -301,7 +301,11 @@ class ServingInstance:
                 break
             self.waiting.popleft()
             # At least one prompt token is always computed (it produces the first output token).
-            hit_tokens = min(cached * block_tokens, req.prompt_tokens - 1)
+            # (min(cached tokens, prompt - 1), spelled as a comparison: the builtin's argument
+            # parsing is costly on this path; likewise below.)
+            hit_tokens = cached * block_tokens
+            if req.prompt_tokens - 1 < hit_tokens:
+                hit_tokens = req.prompt_tokens - 1
             req.hit_tokens = hit_tokens
             req.admitted_s = now
             self._join(_Running(req, match.node, cached, need, hit_tokens))
@@ -695,13 +699,15 @@ class ServingInstance:
         env = self.env
         decoding = self._decoding
         n_decoding = decoding.count
-        budget = max(1, self.chunk_tokens - n_decoding)
+        budget = self.chunk_tokens - n_decoding
+        if not budget > 1:  # max(1, budget)
+            budget = 1
         chunks = []
         flops = 0.0
         for state in prefilling:
             if budget <= 0:
                 break
-            n = min(state.prefill_left, budget)
+            n = budget if budget < state.prefill_left else state.prefill_left  # min(prefill_left, budget)
             budget -= n
             flops += cost.prefill_flops(n, state.context_tokens)
             chunks.append((state, n))
@@ -742,7 +748,8 @@ class ServingInstance:
             if timeout not in result:
                 # A request arrived: finish the step in progress, then let it join.
                 done = cost.decode_steps_within(n, context, env.now - start)
-                steps = min(steps, done + 1)
+                if done + 1 < steps:  # steps = min(steps, done + 1)
+                    steps = done + 1
                 end = start + cost.decode_stretch_s(n, context, steps)
                 if end > env.now:
                     yield env.timeout(end - env.now)

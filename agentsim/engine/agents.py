@@ -62,7 +62,8 @@ def _count(sampler: Sampler, rng: np.random.Generator, minimum: int = 0) -> int:
     value = sampler.sample(rng)
     if not math.isfinite(value):
         return minimum
-    return max(minimum, int(round(value)))
+    count = int(round(value))
+    return count if count > minimum else minimum  # max(minimum, count), without the builtin's cost
 
 
 class AgentDriver:
@@ -236,9 +237,11 @@ class AgentDriver:
             if depth == 0 and model.sub_probability > 0 and rng.random() < model.sub_probability:
                 next_kind = "join"
             elif rng.random() < model.spec.human_turn_probability:
-                next_kind, next_gap = "human", max(0.0, model.human_gap.sample(rng))
+                gap = model.human_gap.sample(rng)
+                next_kind, next_gap = "human", gap if gap > 0.0 else 0.0  # max(0.0, gap), without the builtin
             else:
-                next_kind, next_gap = "tool", max(0.0, model.tool_gap.sample(rng))
+                gap = model.tool_gap.sample(rng)
+                next_kind, next_gap = "tool", gap if gap > 0.0 else 0.0
         prompt_keys = stream.full_block_keys(prompt_tokens)
         stream.append(output_tokens)
         total_keys = stream.full_block_keys(prompt_tokens + output_tokens)

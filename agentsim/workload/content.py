@@ -54,7 +54,9 @@ class TokenStream:
 
     def append(self, tokens: int) -> None:
         """Append ``tokens`` new tokens (outputs, tool results, user text)."""
-        self.tokens += max(0, int(tokens))
+        tokens = int(tokens)
+        if tokens > 0:  # max(0, tokens) added, without the builtin's cost
+            self.tokens += tokens
         self._fill()
 
     def rewrite_after(self, keep_tokens: int) -> int:
