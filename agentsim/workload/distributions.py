@@ -187,14 +187,15 @@ class Sampler:
 
 
 class _ScipySampler(Sampler):
-    """A ``scipy.stats`` family. The frozen distribution is built on first use: importing
-    ``scipy.stats`` takes about a second, and a run whose families all draw directly
-    (:class:`_DirectSampler`) and never asks for a mean does not need it."""
+    """A ``scipy.stats`` family drawn by ``frozen.rvs``, frozen when the sampler is built (so
+    the import of ``scipy.stats``, about a second, happens before a run, not in its event
+    loop). :class:`_DirectSampler` freezes only on first use: its draws do not need scipy, and
+    a run whose families all draw directly and never ask for a mean does not import it."""
 
-    def __init__(self, spec: _Spec, make_frozen):
+    def __init__(self, spec: _Spec, make_frozen, lazy: bool = False):
         super().__init__(spec)
         self._make_frozen = make_frozen
-        self._frozen = None
+        self._frozen = None if lazy else make_frozen(_scipy_stats())
 
     @property
     def frozen(self):
@@ -217,7 +218,7 @@ class _DirectSampler(_ScipySampler):
     simulation pays for every sampled gap and length."""
 
     def __init__(self, spec: _Spec, make_frozen, draw, draw_one, scale: float, loc: float):
-        super().__init__(spec, make_frozen)
+        super().__init__(spec, make_frozen, lazy=True)
         self.draw = draw
         self.draw_one = draw_one
         self.scale = scale
