@@ -439,7 +439,8 @@ class RadixCache:
         Exactly :meth:`match` (path-touch) and then, if fewer than ``keep`` blocks hit,
         :meth:`pin` -> :meth:`reserve` ``keep - hit`` blocks -> :meth:`commit` ``keys[hit:keep]``
         -> :meth:`unpin`: the same tree changes and the same policy notifications in the same
-        order, in one frame (a replay's per-request path is mostly call overhead otherwise).
+        order, with the per-request calls fused and the walks that cannot change anything
+        skipped (a replay's per-request path is mostly call overhead otherwise).
 
         Contract: no other request is in flight, so the pins taken here are the only ones on
         the path. For the plain :class:`RadixCache` only: a subclass that overrides the steps
@@ -447,36 +448,15 @@ class RadixCache:
         the missing blocks cannot be made.
         """
         policy = self.policy
-        root = self.root
-        # match: descend ...
-        node, hit = descend(root, keys, self._split)
-        # ... then path-touch and lookup notification (as _touch_path(node, now_s, hit=True)).
-        if node is not root:
-            if policy.access_leaf_only:
-                walk = node
-                while walk.parent is not None:
-                    walk.last_access_s = now_s
-                    walk.hit_count += 1
-                    walk = walk.parent
-                policy.on_access(node, now_s, True)
-            else:
-                on_access = policy.on_access
-                walk = node
-                while walk.parent is not None:
-                    walk.last_access_s = now_s
-                    walk.hit_count += 1
-                    on_access(walk, now_s, True)
-                    walk = walk.parent
+        node, hit = descend(self.root, keys, self._split)  # match ...
+        if node is not self.root:
+            self._touch_path(node, now_s, hit=True)  # ... with its path-touch
         if self._notify_lookup:
             policy.on_lookup(keys, hit, now_s)
         fresh = keep - hit
         if fresh <= 0:
             return hit  # fully cached: nothing to insert
-        # pin
-        walk = node
-        while walk.parent is not None:
-            walk.lock_ref += 1
-            walk = walk.parent
+        self.pin(node)
         # reserve
         shortfall = self.used_blocks + fresh - self.capacity_blocks
         if shortfall > 0 and not self.evict(shortfall, now_s, "capacity"):
@@ -509,28 +489,8 @@ class RadixCache:
         if not policy.access_leaf_only and policy.restamp_notifies:
             restamp_is_noop = policy.restamp_is_noop
             if restamp_is_noop is None or not restamp_is_noop(node):
-                on_access = policy.on_access
-                walk = node
-                while walk.parent is not None:
-                    walk.last_access_s = now_s
-                    on_access(walk, now_s, False)
-                    walk = walk.parent
-        # unpin (as unpin(), whose lock counts cannot go negative here: this request pinned them)
-        on_candidate = policy.on_candidate
-        on_release = policy.on_release if self._notify_release else None
-        admission = self.admission
-        while node.parent is not None:
-            node.lock_ref -= 1
-            parent = node.parent
-            if node.lock_ref == 0:
-                if on_release is not None:
-                    on_release(node)
-                if not node.children:
-                    if admission is not None and not admission.admit(node, self):
-                        self.remove_tail(node, len(node.keys), "admission")
-                    else:
-                        on_candidate(node)
-            node = parent
+                self._touch_path(node, now_s, hit=False)
+        self.unpin(node)
         return hit
 
     # --- inspection ----------------------------------------------------------------------
