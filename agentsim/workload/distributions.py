@@ -211,16 +211,15 @@ class _ScipySampler(Sampler):
 
 
 class _DirectSampler(_ScipySampler):
-    """A scipy family whose variates are one numpy draw and an affine map: ``draw(rng, n) *
+    """A scipy family whose variates are one numpy draw and an affine map: ``draw(rng, size) *
     scale + loc``, exactly what ``frozen.rvs`` computes (scipy's ``_rvs`` of the family, then
     ``vals * scale + loc``), so the same stream gives the same floats. It skips ``rvs``'s
     per-call argument checking and broadcasting (~90% of a single draw's cost), which the
     simulation pays for every sampled gap and length."""
 
-    def __init__(self, spec: _Spec, make_frozen, draw, draw_one, scale: float, loc: float):
+    def __init__(self, spec: _Spec, make_frozen, draw, scale: float, loc: float):
         super().__init__(spec, make_frozen, lazy=True)
-        self.draw = draw
-        self.draw_one = draw_one
+        self.draw = draw  # draw(rng, size): numpy's standard variates; size None gives a scalar
         self.scale = scale
         self.loc = loc
 
@@ -228,10 +227,11 @@ class _DirectSampler(_ScipySampler):
         return self.draw(rng, n) * self.scale + self.loc
 
     def _raw_one(self, rng):
-        # ``draw_one`` is ``draw(rng, 1)[0]`` without the array: numpy's Generator gives the same
-        # variate for size=None as for size=1, and np.exp runs the same loop on a scalar (checked
-        # bit for bit in tests/test_distributions.py); the affine map is the same IEEE arithmetic.
-        return self.draw_one(rng) * self.scale + self.loc
+        # ``draw(rng, None)`` is ``draw(rng, 1)[0]`` without the array: numpy's Generator gives
+        # the same variate for size=None as for size=1, and np.exp runs the same loop on a scalar
+        # (checked bit for bit in tests/test_distributions.py); the affine map is the same IEEE
+        # arithmetic.
+        return self.draw(rng, None) * self.scale + self.loc
 
 
 class _ConstantSampler(Sampler):
@@ -293,24 +293,21 @@ def _scipy_stats():
 
 
 def build(spec: _Spec) -> Sampler:
-    """A sampler for a validated spec (``scipy.stats`` families are frozen lazily: see
+    """A sampler for a validated spec (when each imports ``scipy.stats``: see
     :class:`_ScipySampler`)."""
     if isinstance(spec, Constant):
         return _ConstantSampler(spec)
     if isinstance(spec, Exponential):
         return _DirectSampler(spec, lambda stats: stats.expon(loc=spec.loc, scale=spec.mean),
-                              lambda rng, n: rng.standard_exponential(n), lambda rng: rng.standard_exponential(),
-                              spec.mean, spec.loc)
+                              lambda rng, size: rng.standard_exponential(size), spec.mean, spec.loc)
     if isinstance(spec, LogNormal):
         sigma = spec.sigma
         return _DirectSampler(spec, lambda stats: stats.lognorm(s=sigma, loc=spec.loc, scale=spec.median),
-                              lambda rng, n: np.exp(sigma * rng.standard_normal(n)),
-                              lambda rng: np.exp(sigma * rng.standard_normal()), spec.median, spec.loc)
+                              lambda rng, size: np.exp(sigma * rng.standard_normal(size)), spec.median, spec.loc)
     if isinstance(spec, Gamma):
         shape = spec.shape
         return _DirectSampler(spec, lambda stats: stats.gamma(a=shape, loc=spec.loc, scale=spec.scale),
-                              lambda rng, n: rng.standard_gamma(shape, n), lambda rng: rng.standard_gamma(shape),
-                              spec.scale, spec.loc)
+                              lambda rng, size: rng.standard_gamma(shape, size), spec.scale, spec.loc)
     if isinstance(spec, Weibull):
         return _ScipySampler(spec, lambda stats: stats.weibull_min(c=spec.shape, loc=spec.loc, scale=spec.scale))
     if isinstance(spec, LogLogistic):
