@@ -97,18 +97,15 @@ class PrefixAffinity(Router):
         floor = prompt - self._max_block_tokens * len(keys)  # prompt minus the most any instance caches
         best = None
         best_rank = None
-        for inst in sorted(instances, key=_by_load):
-            load = inst.load
+        # Each instance's load is read once: (load, id) is unique per instance, so sorting the
+        # triples never compares instances and gives the order of a sort keyed by (load, id).
+        for load, instance_id, inst in sorted([(inst.load, inst.instance_id, inst) for inst in instances]):
             if best_rank is not None and floor + penalty * load >= best_rank[0]:
                 break
-            rank = (prompt - self._cached_tokens(inst, keys) + penalty * load, load, inst.instance_id)
+            rank = (prompt - self._cached_tokens(inst, keys) + penalty * load, load, instance_id)
             if best_rank is None or rank < best_rank:
                 best, best_rank = inst, rank
         return best
-
-
-def _by_load(inst: ServingInstance) -> tuple[int, int]:
-    return inst.load, inst.instance_id
 
 
 class StickySessions(Router):
