@@ -129,6 +129,8 @@ _scenario_case("scenario-unknown-key", "block_tokens: 64", "block_tokenz: 64",
                ["cache.block_tokenz", "unknown key 'block_tokenz'", "did you mean 'block_tokens'"])
 _scenario_case("scenario-unknown-key-nested", "tools_prefix_tokens: 4000", "tool_prefix_tokens: 4000",
                ["workload.agent_classes.coding.tool_prefix_tokens", "did you mean 'tools_prefix_tokens'"])
+_scenario_case("scenario-misspelt-required-key", "duration_s: 2m", "durration_s: 2m",
+               ["durration_s", "unknown key 'durration_s'", "did you mean 'duration_s'"])
 _scenario_case("scenario-wrong-type", "instances: 1", "instances: many",
                ["hardware.instances", "'many'"])
 _scenario_case("scenario-section-not-mapping", "slo: {ttft_s: 2s, tpot_s: 100ms}", "slo: fast",

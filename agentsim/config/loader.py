@@ -223,9 +223,26 @@ def _error_path(loc: tuple) -> Path_:
 _DIST_TAGS = {"constant", "exponential", "lognormal", "gamma", "weibull", "loglogistic", "pareto", "uniform", "empirical", "mixture", "fit"}
 
 
+def _primary_error(errors: list[dict]) -> dict:
+    """The error to report: the first, unless a required key is missing beside an unknown key.
+
+    A misspelt required key gives both errors; the unknown one is the cause, and it has a line
+    and a did-you-mean, while the missing one has neither.
+    """
+    for missing in errors:
+        if missing["type"] != "missing":
+            continue
+        parent = _error_path(tuple(missing["loc"]))[:-1]
+        for error in errors:
+            if error["type"] == "extra_forbidden" and _error_path(tuple(error["loc"]))[:-1] == parent:
+                return error
+    return errors[0]
+
+
 def validation_error_to_input_error(exc: ValidationError, source: str, lines: dict[Path_, int]) -> InputError:
-    """The first error of a pydantic ValidationError as one readable InputError."""
-    error = exc.errors()[0]
+    """The first error of a pydantic ValidationError as one readable InputError (see
+    :func:`_primary_error` for the one exception)."""
+    error = _primary_error(exc.errors())
     path = _error_path(tuple(error["loc"]))
     message = error["msg"]
     if message.startswith("Value error, "):
