@@ -336,6 +336,40 @@ def _mrc_malformed(tmp):
     return ["mrc", str(path), "--json"], [str(path), "line 2", "malformed JSON"]
 
 
+# --- sweep files ---------------------------------------------------------------------------------
+def _sweep_file(tmp: Path, body: str) -> Path:
+    _scenario(tmp, BASE, "base.yaml")
+    return _scenario(tmp, body, "sweep.yaml")
+
+
+def _sweep_run(tmp: Path, path: Path) -> list[str]:
+    return ["sweep", str(path), "--out", str(tmp / "out"), "--quiet"]
+
+
+@case("sweep-misspelt-required-key")
+def _sweep_misspelt_base(tmp):
+    path = _sweep_file(tmp, "bas: base.yaml\naxes: {grid: {cache.eviction: [lru, fifo]}}\n")
+    return _sweep_run(tmp, path), [str(path), "line 1", "unknown key 'bas'", "did you mean 'base'"]
+
+
+@case("sweep-bad-seeds")
+def _sweep_bad_seeds(tmp):
+    path = _sweep_file(tmp, "base: base.yaml\nseeds: many\n")
+    return _sweep_run(tmp, path), [str(path), "line 2: seeds:", "valid integer", "'many'"]
+
+
+@case("sweep-given-a-scenario")
+def _sweep_given_scenario(tmp):
+    path = _scenario(tmp, BASE)
+    return _sweep_run(tmp, path), [str(path), "line 1", "this is a scenario, not a sweep file", "base: FILE"]
+
+
+@case("scenario-given-a-sweep")
+def _run_given_sweep(tmp):
+    path = _sweep_file(tmp, "base: base.yaml\naxes: {grid: {cache.eviction: [lru, fifo]}}\n")
+    return _run(tmp, path), [str(path), "line 1", "this is a sweep file, not a scenario", "agentsim sweep"]
+
+
 # --- command line --------------------------------------------------------------------------------
 @case("cli-out-holds-another-run")
 def _out_holds_run(tmp):

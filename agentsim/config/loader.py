@@ -160,9 +160,10 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def _model_at(path: Path_) -> type[BaseModel] | None:
-    """The pydantic model that owns the mapping at ``path`` (for did-you-mean on unknown keys)."""
-    model: Any = Scenario
+def _model_at(path: Path_, root: type[BaseModel] = Scenario) -> type[BaseModel] | None:
+    """The pydantic model that owns the mapping at ``path`` below ``root`` (for did-you-mean on
+    unknown keys)."""
+    model: Any = root
     for part in path:
         if model is None:
             return None
@@ -211,37 +212,51 @@ class _FakeField:
 
 
 def _error_path(loc: tuple) -> Path_:
-    """Drop pydantic's union/discriminator tags (e.g. 'lognormal', 'function-before[...]')."""
+    """Drop pydantic's union/discriminator tags (e.g. 'lognormal', 'function-before[...]', and a
+    trailing union member such as the 'int' of ``seeds.int``)."""
     out: list[str | int] = []
     for part in loc:
         if isinstance(part, str) and ("[" in part or part in _DIST_TAGS):
             continue
         out.append(part)
+    if len(out) > 1 and out[-1] in _TYPE_TAGS:
+        out.pop()
     return tuple(out)
 
 
+#: Union members pydantic names in an error's path (``seeds: int | list[int]`` fails as ``seeds.int``).
+_TYPE_TAGS = {"int", "float", "str", "bool", "none"}
 _DIST_TAGS = {"constant", "exponential", "lognormal", "gamma", "weibull", "loglogistic", "pareto", "uniform", "empirical", "mixture", "fit"}
 
 
 def _primary_error(errors: list[dict]) -> dict:
-    """The error to report: the first, unless a required key is missing beside an unknown key.
+    """The error to report: the first, unless a required key is missing beside an unknown key
+    that is close to its name.
 
     A misspelt required key gives both errors; the unknown one is the cause, and it has a line
-    and a did-you-mean, while the missing one has neither.
+    and a did-you-mean, while the missing one has neither. (An unknown key unlike the missing
+    one, as in a scenario given where a sweep file belongs, leaves the missing key first.)
     """
     for missing in errors:
         if missing["type"] != "missing":
             continue
-        parent = _error_path(tuple(missing["loc"]))[:-1]
+        path = _error_path(tuple(missing["loc"]))
+        if not path:
+            continue
         for error in errors:
-            if error["type"] == "extra_forbidden" and _error_path(tuple(error["loc"]))[:-1] == parent:
+            if error["type"] != "extra_forbidden":
+                continue
+            unknown = _error_path(tuple(error["loc"]))
+            if unknown and unknown[:-1] == path[:-1] and difflib.get_close_matches(str(unknown[-1]), [str(path[-1])], n=1, cutoff=0.75):
                 return error
     return errors[0]
 
 
-def validation_error_to_input_error(exc: ValidationError, source: str, lines: dict[Path_, int]) -> InputError:
-    """The first error of a pydantic ValidationError as one readable InputError (see
-    :func:`_primary_error` for the one exception)."""
+def validation_error_to_input_error(exc: ValidationError, source: str, lines: dict[Path_, int],
+                                    root: type[BaseModel] = Scenario) -> InputError:
+    """The first error of a pydantic ValidationError of model ``root`` as one readable InputError
+    (see :func:`_primary_error` for the one exception): the YAML line and path, and for an
+    unknown key the closest known one."""
     error = _primary_error(exc.errors())
     path = _error_path(tuple(error["loc"]))
     message = error["msg"]
@@ -249,7 +264,7 @@ def validation_error_to_input_error(exc: ValidationError, source: str, lines: di
         message = message[len("Value error, "):]
     if error["type"] == "extra_forbidden":
         key = path[-1]
-        owner = _model_at(path[:-1])
+        owner = _model_at(path[:-1], root)
         hint = ""
         if owner is not None:
             close = difflib.get_close_matches(str(key), list(owner.model_fields), n=1, cutoff=0.5)
@@ -279,6 +294,8 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None, seed: in
     data, lines = read_yaml(path)
     if not isinstance(data, dict):
         raise InputError(f"a scenario must be a mapping of sections, got {type(data).__name__}", str(path), "line 1")
+    if "base" in data and "axes" in data and "workload" not in data:
+        raise InputError(f"this is a sweep file, not a scenario: run it with 'agentsim sweep {path}'", str(path), "line 1")
     if overrides:
         data = apply_overrides(data, overrides)
     if seed is not None:

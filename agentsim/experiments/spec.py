@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agentsim.config.loader import format_path, read_yaml
+from agentsim.config.loader import format_path, read_yaml, validation_error_to_input_error
 from agentsim.errors import InputError
 
 DEFAULT_METRICS = ["hit_ratio", "ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "sla_attainment",
@@ -188,33 +188,19 @@ def load_sweep(path: str | Path) -> LoadedSweep:
     data, lines = read_yaml(path)
     if not isinstance(data, dict):
         raise InputError("a sweep file must be a mapping (base, axes, seeds ...)", str(path), "line 1")
+    if "base" not in data and ("workload" in data or "hardware" in data):
+        raise InputError("this is a scenario, not a sweep file: a sweep file names its base scenario "
+                         "(base: FILE) and the axes to vary (see sweeps/policy-capacity.yaml)", str(path), "line 1")
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
-        raise _sweep_error(exc, str(path), lines) from None
+        raise validation_error_to_input_error(exc, str(path), lines, root=SweepSpec) from None
     base_path = (path.parent / spec.base).resolve() if not Path(spec.base).is_absolute() else Path(spec.base)
     base_data, base_lines = read_yaml(base_path)
     if not isinstance(base_data, dict):
         raise InputError("the base scenario must be a mapping of sections", str(base_path), "line 1")
     return LoadedSweep(spec=spec, source=str(path), base_path=base_path, base_data=base_data,
                        base_lines=base_lines, lines=lines)
-
-
-def _sweep_error(exc: ValidationError, source: str, lines: dict) -> InputError:
-    error = exc.errors()[0]
-    loc = tuple(part for part in error["loc"] if not (isinstance(part, str) and "[" in part))
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        import difflib
-
-        close = difflib.get_close_matches(str(loc[-1]), list(SweepSpec.model_fields) + list(Axes.model_fields), n=1)
-        message = f"unknown key {loc[-1]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-    probe, line = loc, None
-    while probe and line is None:
-        line = lines.get(probe)
-        probe = probe[:-1]
-    where = format_path(loc)
-    return InputError(message, source, f"line {line}: {where}" if line else where)
 
 
 # --- expanding axes into cells ----------------------------------------------------------------------
