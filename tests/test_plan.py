@@ -136,6 +136,24 @@ def test_unknown_slo_metric_has_did_you_mean(small_scenario_yaml, tmp_path):
         plan_with(small_scenario_yaml, tmp_path, lambda v, s: 1.0, slo="ttft_p99<=2")
 
 
+def test_plan_command_checks_slo_metrics_before_any_run(small_scenario_yaml, tmp_path, monkeypatch):
+    """An unknown metric fails at once: no plan run is made and --out is not created."""
+    from agentsim.cli import app
+    from agentsim.experiments import plan as plan_module
+
+    def no_run(self):
+        raise AssertionError("the plan started before its SLO metrics were checked")
+
+    monkeypatch.setattr(plan_module.Planner, "run", no_run)
+    out = tmp_path / "plan"
+    args = ["plan", str(small_scenario_yaml), "--slo", "ttft_p99<=2", "--slo", "hit_ratio>=0.5",
+            "--vary", "hardware.kv_capacity_bytes=1GB..6GB", "--workers", "1", "--out", str(out)]
+    result = CliRunner().invoke(app, args)  # agentsim.cli.main turns the InputError into exit code 2
+    assert isinstance(result.exception, InputError), result.output
+    assert "unknown summary metric 'ttft_p99' (did you mean 'ttft_p99_s'?)" in str(result.exception)
+    assert not out.exists()
+
+
 def test_plan_command_on_a_real_scenario(small_scenario_yaml, tmp_path):
     """The smallest HBM KV capacity giving a 0.85 hit ratio on the small scenario (real runs)."""
     from agentsim.cli import app

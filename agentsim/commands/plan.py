@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         from agentsim.config.loader import read_yaml
         from agentsim.errors import InputError
         from agentsim.experiments.executors import make_executor
-        from agentsim.experiments.plan import Planner, parse_slo, parse_vary
+        from agentsim.experiments.plan import Planner, check_slo_metrics, parse_slo, parse_vary
         from agentsim.experiments.store import SweepStore
         from agentsim.experiments.sweep import ScenarioBuilder
 
@@ -66,6 +66,7 @@ def register(app: typer.Typer) -> None:
         builder = ScenarioBuilder(data, str(scenario_file), lines, scenario_file.parent, fixed_texts=list(set_ or []))
         base = builder.resolved([])
         axis = parse_vary(vary, builder, resolution)
+        check_slo_metrics(builder, slos)  # before anything is written or run
         seed_list = [base.seed + i for i in range(seeds)]
         out_dir = out or Path("runs") / "plans" / base.name
         store = SweepStore(out_dir)

@@ -63,6 +63,29 @@ class Slo:
         return f"{self.metric}{self.op}{self.threshold:g}"
 
 
+def _require_metrics(slos: list[Slo], summary: dict) -> None:
+    """Raise InputError (``--slo``) naming every SLO metric ``summary`` lacks, with the closest key."""
+    missing = [slo.metric for slo in slos if slo.metric not in summary]
+    if missing:
+        import difflib
+
+        hints = {m: difflib.get_close_matches(m, list(summary), n=1) for m in missing}
+        hint = "; ".join(f"{m!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for m, h in hints.items())
+        raise InputError(f"unknown summary metric {hint}", "--slo")
+
+
+def check_slo_metrics(builder: ScenarioBuilder, slos: list[Slo]) -> None:
+    """Raise InputError for an SLO metric the scenario's summary will not have, before any run.
+
+    The summary's keys depend on the scenario (tiers, TTL, costs), not on how long it runs, so
+    a run of one simulated millisecond (no requests, well under a second of wall time, most of
+    it building the cluster) tells them, instead of a whole round of the plan.
+    """
+    from agentsim.engine.simulation import run_scenario
+
+    _require_metrics(slos, run_scenario(builder.resolved([("duration_s", "1ms")])).summary)
+
+
 def parse_slo(text: str) -> Slo:
     """``ttft_p99_s<=2`` (a threshold may carry a unit: ``ttft_p99_s<=500ms``)."""
     match = _SLO.match(text)
@@ -246,14 +269,7 @@ class Planner:
 
     def _judge(self, point: PointResult) -> None:
         if point.summaries:
-            missing = [slo.metric for slo in self.slos if slo.metric not in point.summaries[0]]
-            if missing:
-                import difflib
-
-                keys = list(point.summaries[0])
-                hints = {m: difflib.get_close_matches(m, keys, n=1) for m in missing}
-                hint = "; ".join(f"{m!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for m, h in hints.items())
-                raise InputError(f"unknown summary metric {hint}", "--slo")
+            _require_metrics(self.slos, point.summaries[0])
         passes = {}
         for slo in self.slos:
             values = [s.get(slo.metric) for s in point.summaries]
