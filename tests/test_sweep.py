@@ -163,6 +163,16 @@ def test_rerun_skips_finished_runs(tmp_path, small_scenario_yaml):
     assert victim.exists()
 
 
+def test_misspelt_metric_is_reported_with_the_closest_key(tmp_path, small_scenario_yaml):
+    sweep = load_sweep(write_sweep(tmp_path, small_scenario_yaml, """
+set: {duration_s: 1m}
+metrics: [hit_ratoi, ttft_p99_s, no_such_thing_at_all]
+axes: {grid: {hardware.kv_capacity_bytes: [1GB]}}
+"""))
+    report = run_sweep(sweep, tmp_path / "out", LocalExecutor(workers=1))
+    assert report.unknown_metrics == {"hit_ratoi": "hit_ratio", "no_such_thing_at_all": ""}
+
+
 def test_failing_cell_is_recorded_and_sweep_continues(tmp_path, small_scenario_yaml):
     # 2000GB of KV does not fit in 4 GPUs' HBM: that cell fails validation, the others run.
     sweep = load_sweep(write_sweep(tmp_path, small_scenario_yaml, """

@@ -155,6 +155,10 @@ def register(app: typer.Typer) -> None:
                       f"{counts.ran} run, {counts.skipped} already done, {counts.failed} failed")
         for label, seed, error in report.failures[:10]:
             err_console.print(f"[red]failed[/red] {label} seed {seed}: {error}")
+        for metric, close in report.unknown_metrics.items():
+            hint = f" (did you mean {close!r}?)" if close else ""
+            err_console.print(f"[yellow]warning[/yellow]: {sweep.source}: {sweep.location('metrics')}: metric {metric!r} "
+                              f"is not a numeric summary key of any run{hint}; every metric is in results.parquet")
         if not quiet:
             console.print("cells:\n" + cell_legend(report.cells))
             for table in stats_tables(report.stats, report.metrics, f"{sweep.spec.name}: mean ± 95% CI over {len(report.seeds)} seeds"):

@@ -237,6 +237,9 @@ class SweepReport:
     out_dir: Path
     executor: str = ""
     failures: list[tuple[str, int, str]] = field(default_factory=list)
+    #: Requested ``metrics`` that no finished run has as a numeric summary key (typos), each
+    #: with the closest key that runs do have ("" if none is close).
+    unknown_metrics: dict[str, str] = field(default_factory=dict)
 
 
 def run_sweep(sweep: LoadedSweep, out_dir: str | Path, executor,
@@ -291,7 +294,21 @@ def run_sweep(sweep: LoadedSweep, out_dir: str | Path, executor,
     failures = [(row.label, int(row.seed), row.error) for row in table.itertuples() if row.status == "error"]
     return SweepReport(cells=cells, seeds=seeds, counts=counts, table=table, stats=stats, paired=paired,
                        metrics=sweep.spec.metrics, out_dir=store.out_dir,
-                       executor=getattr(executor, "description", ""), failures=failures)
+                       executor=getattr(executor, "description", ""), failures=failures,
+                       unknown_metrics=_unknown_metrics(sweep.spec.metrics, metrics_all, table))
+
+
+def _unknown_metrics(requested: list[str], known: list[str], table: pd.DataFrame) -> dict[str, str]:
+    """Requested metrics absent from every finished run, with their closest known metric.
+
+    Judged after the runs (every metric is stored whatever the sweep prints), because a summary's
+    keys depend on the cell: an axis that turns tiers on adds the tiers' keys.
+    """
+    if not len(table) or not (table["status"] == "ok").any():
+        return {}
+    import difflib
+
+    return {m: next(iter(difflib.get_close_matches(m, known, n=1)), "") for m in requested if m not in known}
 
 
 def write_tables(out_dir: Path, table: pd.DataFrame, stats: pd.DataFrame, paired: pd.DataFrame, metrics: list[str]) -> None:
