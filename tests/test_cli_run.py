@@ -117,6 +117,12 @@ def test_missing_file_and_bad_set(tmp_path):
     assert proc.returncode == 2 and "PATH=VALUE" in proc.stderr
 
 
+def test_negative_seed_is_blamed_on_the_option_not_the_file(tmp_path):
+    proc = run_cli("run", str(ROOT / "scenarios" / "coding-agents.yaml"), "--seed", "-1", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "'--seed'" in proc.stderr and "Traceback" not in proc.stderr
+    assert "line" not in proc.stderr and not (tmp_path / "o").exists()
+
+
 def test_validate_schema_policies(tmp_path):
     proc = run_cli("validate", str(ROOT / "scenarios" / "coding-agents.yaml"))
     assert proc.returncode == 0 and "valid" in proc.stdout

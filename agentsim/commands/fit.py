@@ -178,7 +178,7 @@ def register(app: typer.Typer) -> None:
         traces: Optional[list[str]] = typer.Argument(None, help="trace files, directories or globs"),
         out: Path = typer.Option(..., "--out", "-o", help="the FITS.yaml file to write"),
         fmt: str = typer.Option("auto", "--format", help="auto|weka|mooncake|bailian"),
-        seed: int = typer.Option(0, "--seed", help="seed of the mixture starts and the KS/AD jitter"),
+        seed: int = typer.Option(0, "--seed", min=0, help="seed of the mixture starts and the KS/AD jitter"),
         criterion: str = typer.Option("bic", "--criterion", help="model selection: bic or aic"),
         max_components: int = typer.Option(3, "--max-components",
                                            help="largest lognormal mixture tried (2-3 by default; 1 = none)"),

@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", "-o", help="output directory"),
         duration: str = typer.Option("10m", "--duration", help="simulated time to collect prompts over (shorter = smaller graph)"),
         set_: Optional[list[str]] = typer.Option(None, "--set", help="override a field: PATH=VALUE (repeatable)"),
-        seed: Optional[int] = typer.Option(None, "--seed"),
+        seed: Optional[int] = typer.Option(None, "--seed", min=0, help="override the scenario's seed"),
     ) -> None:
         """Write the prefix-sharing graph (GraphML), a drawing (PNG) and sharing statistics."""
         from rich.table import Table

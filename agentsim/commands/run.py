@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         scenario_file: Path = typer.Argument(..., help="scenario YAML file"),
         out: Path = typer.Option(None, "--out", "-o", help="output directory (default runs/<scenario name>)"),
         set_: Optional[list[str]] = typer.Option(None, "--set", help="override a field: PATH=VALUE (repeatable)"),
-        seed: Optional[int] = typer.Option(None, "--seed", help="override the scenario's seed"),
+        seed: Optional[int] = typer.Option(None, "--seed", min=0, help="override the scenario's seed"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar and no summary table"),
         force: bool = typer.Option(False, "--force", help="overwrite results already in --out"),
         check_invariants: bool = typer.Option(False, "--check-invariants", help="verify cache invariants after every event (slow)"),
