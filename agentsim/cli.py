@@ -62,13 +62,29 @@ def exit_interrupted() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point."""
+    """Console entry point.
+
+    Typer runs in non-standalone mode so that its usage errors (an unknown option or command, a
+    value of the wrong type, a missing argument) reach this function and leave as one
+    ``error:`` line with exit code 2, like every other bad input, instead of a boxed panel.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:  # bare ``agentsim``: the help, exit code 2, as typer prints it
+        app(args=args, standalone_mode=True)
     try:
-        app(args=argv, standalone_mode=True)
+        code = app(args=args, standalone_mode=False)
     except SystemExit as done:
-        if done.code == INTERRUPTED_EXIT_CODE:  # typer turns KeyboardInterrupt into Exit(130)
+        if done.code == INTERRUPTED_EXIT_CODE:
             exit_interrupted()
         raise
+    except typer.TyperException as error:  # the base of typer's usage and parameter errors
+        context = getattr(error, "ctx", None)
+        hint = f" (see '{context.command_path} --help')" if context is not None else ""
+        sys.stderr.write(f"error: {error.format_message()}{hint}\n")
+        raise SystemExit(error.exit_code)
+    except typer.Abort:  # end of input at a prompt
+        sys.stderr.write("aborted\n")
+        raise SystemExit(1)
     except InputError as error:
         fail(error)
     except InvariantViolation as error:
@@ -79,6 +95,12 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         exit_interrupted()
+    # In non-standalone mode a command's typer.Exit(code) (and Ctrl-C, which typer turns into
+    # Exit(130)) comes back as the return value; a finished command returns None.
+    if code == INTERRUPTED_EXIT_CODE:
+        exit_interrupted()
+    if isinstance(code, int) and not isinstance(code, bool) and code:
+        raise SystemExit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -413,6 +413,23 @@ def _set_bad_value(tmp):
     return _run(tmp, path) + ["--set", "cache.block_tokens=-16"], [str(path), "cache.block_tokens", "greater than 0"]
 
 
+@case("cli-option-wrong-type")
+def _option_wrong_type(tmp):
+    path = _scenario(tmp, BASE, "ok.yaml")
+    return _run(tmp, path) + ["--seed", "seven"], ["Invalid value for '--seed'", "valid integer", "run --help"]
+
+
+@case("cli-unknown-option")
+def _unknown_option(tmp):
+    path = _scenario(tmp, BASE, "ok.yaml")
+    return _run(tmp, path) + ["--wokers", "2"], ["No such option: --wokers", "run --help"]
+
+
+@case("cli-missing-argument")
+def _missing_argument(tmp):
+    return ["replay"], ["Missing argument", "replay --help"]
+
+
 @case("cli-bad-option-choice")
 def _bad_choice(tmp):
     path = _trace(tmp, "t.jsonl", MOONCAKE_OK)
