@@ -34,5 +34,18 @@ class InputError(Exception):
         return f"{where}{self.message}"
 
 
+class FieldError(ValueError):
+    """A cross-field check of a config model that blames one field.
+
+    Raised inside a pydantic validator, it reaches the error mapping as the cause of a value
+    error located at the model itself; ``path`` (relative to that model) then names the field,
+    so the message gets its YAML path and line instead of "(top level)".
+    """
+
+    def __init__(self, path: tuple[str, ...], message: str):
+        super().__init__(message)
+        self.path = tuple(path)
+
+
 class InvariantViolation(AssertionError):
     """A simulation invariant (capacity, pins, conservation) was broken: a bug, not bad input."""

@@ -131,6 +131,10 @@ _scenario_case("scenario-unknown-key-nested", "tools_prefix_tokens: 4000", "tool
                ["workload.agent_classes.coding.tool_prefix_tokens", "did you mean 'tools_prefix_tokens'"])
 _scenario_case("scenario-misspelt-required-key", "duration_s: 2m", "durration_s: 2m",
                ["durration_s", "unknown key 'durration_s'", "did you mean 'duration_s'"])
+_scenario_case("scenario-kv-exceeds-hbm", "kv_capacity_bytes: 6GB", "kv_capacity_bytes: 5000GB",
+               ["hardware.kv_capacity_bytes", "5000 GB of KV exceeds the instance's HBM"])
+_scenario_case("scenario-kv-below-one-block", "kv_capacity_bytes: 6GB", "kv_capacity_bytes: 1KB",
+               ["hardware.kv_capacity_bytes", "smaller than one block"])
 _scenario_case("scenario-wrong-type", "instances: 1", "instances: many",
                ["hardware.instances", "'many'"])
 _scenario_case("scenario-section-not-mapping", "slo: {ttft_s: 2s, tpot_s: 100ms}", "slo: fast",

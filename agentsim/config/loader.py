@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentsim.config.scenario import Scenario
 from agentsim.config.yaml_text import compose, safe_load
-from agentsim.errors import InputError
+from agentsim.errors import FieldError, InputError
 
 Path_ = tuple[str | int, ...]
 
@@ -259,6 +259,9 @@ def validation_error_to_input_error(exc: ValidationError, source: str, lines: di
     unknown key the closest known one."""
     error = _primary_error(exc.errors())
     path = _error_path(tuple(error["loc"]))
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldError):  # a cross-field check that names the field it blames
+        path = path + cause.path
     message = error["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]

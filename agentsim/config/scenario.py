@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agentsim.errors import FieldError
 from agentsim.config.units import Bytes, BytesPerSecond, Count, FlopsPerSecond, Seconds
 from agentsim.workload.distributions import DistributionSpec
 
@@ -348,18 +349,21 @@ class Scenario(Strict):
         if self.hardware.kv_capacity_bytes is None:
             free = hbm_total * (1 - self.hardware.hbm_reserve_fraction) - weights_bytes
             if free <= 0:
-                raise ValueError(
+                raise FieldError(("hardware", "gpus_per_instance"),
                     f"model weights ({weights_bytes / 1e9:.0f} GB) do not fit in {self.hardware.gpus_per_instance} GPUs' HBM "
                     f"({hbm_total / 1e9:.0f} GB after a {self.hardware.hbm_reserve_fraction:.0%} reserve); "
                     "add GPUs per instance or set hardware.kv_capacity_bytes"
                 )
         elif self.hardware.kv_capacity_bytes > hbm_total:
-            raise ValueError(
-                f"hardware.kv_capacity_bytes ({self.hardware.kv_capacity_bytes / 1e9:.0f} GB) exceeds the instance's HBM ({hbm_total / 1e9:.0f} GB)"
+            raise FieldError(("hardware", "kv_capacity_bytes"),
+                f"{self.hardware.kv_capacity_bytes / 1e9:.0f} GB of KV exceeds the instance's HBM ({hbm_total / 1e9:.0f} GB)"
             )
         block_bytes = self.cache.block_tokens * self.model.kv_bytes_per_token
         if self.kv_capacity_bytes_per_instance() < block_bytes:
-            raise ValueError("KV capacity is smaller than one block")
+            blamed = ("hardware", "kv_capacity_bytes") if self.hardware.kv_capacity_bytes is not None else ("cache", "block_tokens")
+            raise FieldError(blamed, f"KV capacity ({self.kv_capacity_bytes_per_instance():,.0f} bytes per instance) is smaller "
+                                     f"than one block ({block_bytes:,.0f} bytes: {self.cache.block_tokens} tokens of "
+                                     f"{self.model.kv_bytes_per_token:,.0f} bytes)")
         return self
 
     def kv_capacity_bytes_per_instance(self) -> float:
