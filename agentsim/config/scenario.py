@@ -67,7 +67,7 @@ class ModelConfig(Strict):
     @model_validator(mode="after")
     def _active_le_total(self):
         if self.active_params > self.total_params:
-            raise ValueError(f"active_params ({self.active_params:g}) exceeds total_params ({self.total_params:g})")
+            raise FieldError(("active_params",), f"active_params ({self.active_params:g}) exceeds total_params ({self.total_params:g})")
         return self
 
 
@@ -108,7 +108,7 @@ class TierConfig(Strict):
     @model_validator(mode="after")
     def _exclusive_is_write_back(self):
         if not self.inclusive and self.write_policy != "write_back":
-            raise ValueError("an exclusive tier (inclusive: false) must use write_policy write_back")
+            raise FieldError(("write_policy",), "an exclusive tier (inclusive: false) must use write_policy write_back")
         return self
 
 
@@ -225,9 +225,9 @@ class Arrival(Strict):
     @model_validator(mode="after")
     def _check_kind(self):
         if self.kind == "poisson" and self.rate_per_s is None:
-            raise ValueError("a poisson arrival needs rate_per_s")
+            raise FieldError(("rate_per_s",), "a poisson arrival needs rate_per_s")
         if self.kind == "population" and self.concurrent is None:
-            raise ValueError("a population arrival needs concurrent")
+            raise FieldError(("concurrent",), "a population arrival needs concurrent")
         return self
 
 
@@ -262,7 +262,7 @@ class Compaction(Strict):
     @model_validator(mode="after")
     def _keep_below_trigger(self):
         if self.keep_tokens >= self.trigger_tokens:
-            raise ValueError("keep_tokens must be smaller than trigger_tokens")
+            raise FieldError(("keep_tokens",), "keep_tokens must be smaller than trigger_tokens")
         return self
 
 
