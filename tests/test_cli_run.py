@@ -92,6 +92,11 @@ BASE = (ROOT / "scenarios" / "coding-agents.yaml").read_text()
     (lambda t: t.replace("profile: gb300_nvl72", "profile: gb300"), ["unknown hardware profile 'gb300'", "did you mean"]),
     (lambda t: t + "\n  bad: [unclosed\n", ["YAML syntax error", "line"]),
     (lambda t: "", ["file is empty"]),
+    # Cross-field checks name the field they blame (agentsim.errors.FieldError), with its line.
+    (lambda t: t.replace("keep_tokens: 30000", "keep_tokens: 200000"),
+     ["line 46: workload.agent_classes.coding.compaction.keep_tokens:", "smaller than trigger_tokens"]),
+    (lambda t: t.replace("kind: population", "kind: poisson"),
+     ["workload.agent_classes.coding.arrival.rate_per_s:", "needs rate_per_s"]),
 ])
 def test_bad_scenarios_exit_2_with_one_clear_message(tmp_path, mutation, expected):
     assert mutation(BASE) != BASE, "the mutation no longer applies to the shipped scenario"
