@@ -7,6 +7,9 @@ traceback is shown. Internal bugs are left as ordinary exceptions.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class InputError(Exception):
     """Bad user input.
@@ -32,6 +35,18 @@ class InputError(Exception):
         elif self.location:
             where = f"{self.location}: "
         return f"{where}{self.message}"
+
+
+def closest_name(word: object, choices: Iterable[object], cutoff: float = 0.6) -> str | None:
+    """The choice closest to ``word`` (difflib's ratio at least ``cutoff``), or None."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def did_you_mean(word: object, choices: Iterable[object], cutoff: float = 0.6) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to ``word``, or "" if none is close."""
+    close = closest_name(word, choices, cutoff)
+    return f" (did you mean {close!r}?)" if close is not None else ""
 
 
 class FieldError(ValueError):

@@ -7,10 +7,11 @@ parameter's YAML path like any other scenario error.
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Callable, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
+
+from agentsim.errors import did_you_mean
 
 T = TypeVar("T")
 
@@ -49,9 +50,7 @@ class Registry(Generic[T]):
             raise KeyError(self.unknown_message(name)) from None
 
     def unknown_message(self, name: str) -> str:
-        close = difflib.get_close_matches(str(name), self.names(), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"unknown {self.kind} {name!r}{hint}; known: {', '.join(self.names())}"
+        return f"unknown {self.kind} {name!r}{did_you_mean(name, self.names())}; known: {', '.join(self.names())}"
 
     def params_model(self, name: str) -> type[BaseModel] | None:
         return getattr(self.get(name), "Params", None)

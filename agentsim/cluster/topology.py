@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from agentsim.cluster.links import Link
+from agentsim.errors import did_you_mean
 
 
 @dataclass
@@ -233,11 +234,7 @@ def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
     for index, link in enumerate(tiers.links):
         for key, name in (("from", link.from_tier), ("to", link.to_tier)):
             if name not in TIER_NAMES:
-                import difflib
-
-                close = difflib.get_close_matches(str(name), TIER_NAMES, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                return (f"a link joins unknown tier {name!r}{hint}; tiers: {', '.join(TIER_NAMES)}",
+                return (f"a link joins unknown tier {name!r}{did_you_mean(name, TIER_NAMES)}; tiers: {', '.join(TIER_NAMES)}",
                         base + ("links", index, key))
             if name in LOWER_TIERS and getattr(tiers, name) is None:
                 return f"a link joins tier {name!r}, which is not configured under cache.tiers", base + ("links", index, key)

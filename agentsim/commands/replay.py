@@ -20,13 +20,10 @@ FORMAT_CHOICES = ("auto", "mooncake", "weka", "bailian")
 
 
 def _choice(value: str, choices: tuple[str, ...], option: str) -> str:
-    from agentsim.errors import InputError
+    from agentsim.errors import InputError, did_you_mean
 
     if value not in choices:
-        import difflib
-        close = difflib.get_close_matches(value, choices, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise InputError(f"unknown value {value!r}{hint}; choose from {', '.join(choices)}", option)
+        raise InputError(f"unknown value {value!r}{did_you_mean(value, choices)}; choose from {', '.join(choices)}", option)
     return value
 
 

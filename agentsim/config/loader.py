@@ -11,7 +11,6 @@ Responsibilities (all I/O lives here, the models stay inert):
 from __future__ import annotations
 
 import copy
-import difflib
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentsim.config.scenario import Scenario
 from agentsim.config.yaml_text import compose, safe_load
-from agentsim.errors import FieldError, InputError
+from agentsim.errors import FieldError, InputError, closest_name, did_you_mean
 
 Path_ = tuple[str | int, ...]
 
@@ -247,7 +246,7 @@ def _primary_error(errors: list[dict]) -> dict:
             if error["type"] != "extra_forbidden":
                 continue
             unknown = _error_path(tuple(error["loc"]))
-            if unknown and unknown[:-1] == path[:-1] and difflib.get_close_matches(str(unknown[-1]), [str(path[-1])], n=1, cutoff=0.75):
+            if unknown and unknown[:-1] == path[:-1] and closest_name(unknown[-1], [path[-1]], cutoff=0.75):
                 return error
     return errors[0]
 
@@ -268,11 +267,7 @@ def validation_error_to_input_error(exc: ValidationError, source: str, lines: di
     if error["type"] == "extra_forbidden":
         key = path[-1]
         owner = _model_at(path[:-1], root)
-        hint = ""
-        if owner is not None:
-            close = difflib.get_close_matches(str(key), list(owner.model_fields), n=1, cutoff=0.5)
-            if close:
-                hint = f" (did you mean {close[0]!r}?)"
+        hint = did_you_mean(key, owner.model_fields, cutoff=0.5) if owner is not None else ""
         message = f"unknown key {key!r}{hint}"
     elif error["type"] == "missing":
         message = f"missing required key {path[-1]!r}" if path else "missing required key"

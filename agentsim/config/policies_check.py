@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from agentsim.errors import InputError
+from agentsim.errors import InputError, did_you_mean
 
 
 def _loc(lines: dict, path: tuple) -> str:
@@ -30,11 +30,9 @@ def check_registered(registry, name, params, name_path: tuple, params_path: tupl
         sub = tuple(error["loc"])
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
-            import difflib
-
             model = registry.params_model(name)
-            close = difflib.get_close_matches(str(sub[-1]), list(model.model_fields), n=1, cutoff=0.5) if model else []
-            message = f"unknown parameter {sub[-1]!r} for {registry.kind} {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+            hint = did_you_mean(sub[-1], model.model_fields, cutoff=0.5) if model else ""
+            message = f"unknown parameter {sub[-1]!r} for {registry.kind} {name!r}{hint}"
         raise InputError(message, source, _loc(lines, params_path + sub)) from None
     except ValueError as exc:
         raise InputError(str(exc), source, _loc(lines, params_path)) from None

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from agentsim.config.yaml_text import safe_load
-from agentsim.errors import InputError
+from agentsim.errors import InputError, did_you_mean
 from agentsim.hardware.profiles import load_catalogue
 
 _SECTIONS = {"hardware": "hardware", "model": "models"}
@@ -40,11 +40,7 @@ def resolve_profiles(data: dict, source: str, lines: dict) -> dict:
                              _line(lines, (section, "profile")))
         catalogue = load_catalogue(catalogue_name)
         if name not in catalogue:
-            import difflib
-
-            close = difflib.get_close_matches(str(name), list(catalogue), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InputError(f"unknown {section} profile {name!r}{hint}; known: {', '.join(sorted(catalogue))}",
+            raise InputError(f"unknown {section} profile {name!r}{did_you_mean(name, catalogue)}; known: {', '.join(sorted(catalogue))}",
                              source, _line(lines, (section, "profile")))
         merged = {key: value for key, value in catalogue[name].items() if key != "sources"}
         merged.update(block)

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agentsim.errors import FieldError
 from agentsim.config.units import Bytes, BytesPerSecond, Count, FlopsPerSecond, Seconds
+from agentsim.errors import FieldError
 from agentsim.workload.distributions import DistributionSpec
 
 

@@ -34,7 +34,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from agentsim.config.units import UnitError, parse_duration
-from agentsim.errors import InputError
+from agentsim.errors import InputError, did_you_mean
 from agentsim.experiments.runs import RunTask, scenario_key
 from agentsim.experiments.stats import mean_ci
 from agentsim.experiments.store import SweepStore
@@ -67,10 +67,7 @@ def _require_metrics(slos: list[Slo], summary: dict) -> None:
     """Raise InputError (``--slo``) naming every SLO metric ``summary`` lacks, with the closest key."""
     missing = [slo.metric for slo in slos if slo.metric not in summary]
     if missing:
-        import difflib
-
-        hints = {m: difflib.get_close_matches(m, list(summary), n=1) for m in missing}
-        hint = "; ".join(f"{m!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for m, h in hints.items())
+        hint = "; ".join(f"{m!r}{did_you_mean(m, summary)}" for m in missing)
         raise InputError(f"unknown summary metric {hint}", "--slo")
 
 

@@ -25,7 +25,7 @@ import pandas as pd
 
 from agentsim.config.loader import apply_overrides, scenario_from_dict
 from agentsim.config.units import UnitError, parse_bandwidth, parse_bytes, parse_duration, parse_flops
-from agentsim.errors import InputError
+from agentsim.errors import InputError, closest_name
 from agentsim.experiments.runs import RunOutcome, RunTask, scenario_key
 from agentsim.experiments.spec import Cell, LoadedSweep, baseline_index, expand_cells, format_value
 from agentsim.experiments.stats import cell_statistics, numeric_metrics, paired_differences
@@ -306,9 +306,7 @@ def _unknown_metrics(requested: list[str], known: list[str], table: pd.DataFrame
     """
     if not len(table) or not (table["status"] == "ok").any():
         return {}
-    import difflib
-
-    return {m: next(iter(difflib.get_close_matches(m, known, n=1)), "") for m in requested if m not in known}
+    return {m: closest_name(m, known) or "" for m in requested if m not in known}
 
 
 def write_tables(out_dir: Path, table: pd.DataFrame, stats: pd.DataFrame, paired: pd.DataFrame, metrics: list[str]) -> None:

@@ -33,7 +33,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from agentsim.errors import InputError
+from agentsim.errors import InputError, did_you_mean
 from agentsim.workload.traces.jsonl import (
     BAILIAN_BLOCK_TOKENS, MOONCAKE_BLOCK_TOKENS, TraceOrderWarning, iter_bailian, iter_mooncake,
 )
@@ -91,10 +91,7 @@ def resolve_format(path: str | Path, fmt: str = "auto") -> str:
     if fmt == "auto":
         return detect_format(path)
     if fmt not in FORMATS:
-        import difflib
-        close = difflib.get_close_matches(fmt, FORMATS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise InputError(f"unknown trace format {fmt!r}{hint}; known: auto, {', '.join(FORMATS)}", "--format")
+        raise InputError(f"unknown trace format {fmt!r}{did_you_mean(fmt, FORMATS)}; known: auto, {', '.join(FORMATS)}", "--format")
     return fmt
 
 
