@@ -1,7 +1,7 @@
 """Cross-check against libCacheSim (spec section 6, P5) on a flat block stream.
 
-The stream is the Mooncake conversation trace (shared/data/mooncake, Apache-2.0) flattened
-block by block, each request's blocks deepest first; every block is a one-block request, so
+The stream is the first 1,200 requests of the Mooncake conversation trace (Apache-2.0; copied
+to tests/fixtures/traces/mooncake_head1200.jsonl.gz, see the README there) flattened block by block, each request's blocks deepest first; every block is a one-block request, so
 the tree is flat, nothing is pinned across requests and each policy's core algorithm is
 compared hit for hit. Skipped when the ``libcachesim`` package (test extra) is not installed.
 """
@@ -20,14 +20,12 @@ from agentsim.cache.radix import RadixCache
 
 lcs = pytest.importorskip("libcachesim")
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake" / "conversation_trace.jsonl.gz"
+TRACE = Path(__file__).resolve().parent / "fixtures" / "traces" / "mooncake_head1200.jsonl.gz"
 N_REQUESTS = 1200
 
 
 @pytest.fixture(scope="module")
 def stream():
-    if not TRACE.exists():
-        pytest.skip(f"trace not found: {TRACE}")
     blocks = []
     with gzip.open(TRACE, "rt") as f:
         for i, line in enumerate(f):

@@ -140,7 +140,7 @@ MOONCAKE_REFERENCE = {0.01: 0.052, 0.05: 0.195, 0.10: 0.278, 0.25: 0.353, 0.50: 
 @pytest.fixture(scope="module")
 def mooncake_requests():
     if not MOONCAKE_FULL.exists():
-        pytest.skip("shared Mooncake trace not available")
+        pytest.skip(f"needs the whole Mooncake trace (12,031 requests) at {MOONCAKE_FULL}")
     return load_requests(MOONCAKE_FULL)
 
 

@@ -6,11 +6,12 @@ import pytest
 
 from agentsim.replay.timed import run_timed_replay
 from agentsim.workload.traces import iter_weka_sessions
-from tests.conftest import ROOT, SHARED_DATA, run_cli
+from tests.conftest import ROOT, run_cli
 
 FIXTURES = ROOT / "tests" / "fixtures" / "traces"
 MOONCAKE = FIXTURES / "mooncake_head40.jsonl"
 WEKA = FIXTURES / "weka_trace_0014_excerpt.json.gz"
+WEKA_FIXTURES = FIXTURES / "weka"  # whole sessions (see fixtures/traces/README.md)
 
 
 def test_open_loop_requests_arrive_at_their_timestamps():
@@ -46,11 +47,10 @@ def test_closed_loop_keeps_think_times_and_joins_subagents():
         assert (table.gap_kind == "join").any()
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "weka-claude-code" / "trace_0001.json.gz").exists(), reason="shared traces absent")
 def test_closed_loop_is_slower_when_the_cache_is_smaller(tmp_path):
-    # Four real sessions replayed together compete for the cache.
+    # Four real sessions (copied to tests/fixtures/traces/weka) replayed together compete for the cache.
     for name in ("0001", "0008", "0014", "0020"):
-        (tmp_path / f"trace_{name}.json.gz").symlink_to(SHARED_DATA / "weka-claude-code" / f"trace_{name}.json.gz")
+        (tmp_path / f"trace_{name}.json.gz").symlink_to(WEKA_FIXTURES / f"trace_{name}.json.gz")
     big = run_timed_replay(tmp_path, mode="closed-loop", capacity_fraction=1.0).summary
     small = run_timed_replay(tmp_path, mode="closed-loop", capacity_fraction=0.1).summary
     assert big["requests"] == small["requests"] and small["requests_rejected"] == 0

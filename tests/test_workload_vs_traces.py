@@ -16,7 +16,7 @@ from tests.conftest import ROOT, SHARED_DATA
 
 TRACES = sorted((SHARED_DATA / "weka-claude-code").glob("*.json.gz"))
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not TRACES, reason="shared traces not present")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not TRACES, reason=f"needs the 119 Claude Code sessions in {SHARED_DATA / 'weka-claude-code'}")]
 
 
 @pytest.fixture(scope="module")
