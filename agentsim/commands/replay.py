@@ -60,7 +60,11 @@ def register(app: typer.Typer) -> None:
         trace: Path = typer.Argument(..., help="trace file (.jsonl/.json, gzip or plain) or a directory of WEKA sessions"),
         fmt: str = typer.Option("auto", "--format", help="auto | mooncake | weka | bailian"),
         mode: str = typer.Option("cache-only", "--mode", help="cache-only | open-loop | closed-loop"),
-        policy: str = typer.Option("lru", "--policy", help="any registered eviction policy (see `agentsim policies`)"),
+        policy: Optional[str] = typer.Option(
+            None, "--policy", help="any registered eviction policy (see `agentsim policies`); default lru, or the "
+            "--scenario's policy in the timed modes"),
+        param: Optional[list[str]] = typer.Option(
+            None, "--param", help="a policy parameter KEY=VALUE, with units where the name has one (tau_s=5m); repeatable"),
         capacity_blocks: Optional[int] = typer.Option(None, "--capacity-blocks", help="cache capacity in blocks"),
         capacity_fraction: Optional[float] = typer.Option(
             None, "--capacity-fraction", help="cache capacity as a fraction of the trace's unique blocks (default 0.1)"),
@@ -71,7 +75,8 @@ def register(app: typer.Typer) -> None:
             0.0, "--session-offset", help="WEKA: the k-th session starts at k * this many seconds"),
         scenario: Optional[Path] = typer.Option(
             None, "--scenario", help="timed modes: scenario YAML whose hardware, model and serving to use"),
-        set_: Optional[list[str]] = typer.Option(None, "--set", help="timed modes: override a scenario field PATH=VALUE"),
+        set_: Optional[list[str]] = typer.Option(
+            None, "--set", help="timed modes: override a field PATH=VALUE of the --scenario (or of the default one)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="write summary.json and requests.parquet here"),
         force: bool = typer.Option(False, "--force", help="overwrite results already in --out"),
@@ -87,21 +92,27 @@ def register(app: typer.Typer) -> None:
             from agentsim.results import prepare_out_dir
 
             prepare_out_dir(out, force)  # refuse another run's results before any work
+        from agentsim.replay.params import parse_param_options
+
+        param_items = list(param or [])
+        policy_params = parse_param_options(param_items)
         if mode != "cache-only":
             _timed(trace, fmt, mode, policy, capacity_blocks, capacity_fraction, block_size, session_offset, as_json, out,
-                   scenario, list(set_ or []))
+                   scenario, list(set_ or []), policy_params, param_items)
             return
         if scenario is not None or set_:
             raise InputError("--scenario and --set apply to the timed modes (open-loop, closed-loop) only", "command line")
         from agentsim.replay import canonicalize, make_policy, replay_cache_only
         from agentsim.replay.load import load_trace
 
-        make_policy(policy)  # fail fast on an unknown policy, before reading a large trace
+        policy = policy or "lru"
+        make_policy(policy, policy_params, param_items)  # fail fast on a bad policy, before reading a large trace
         loaded = load_trace(trace, fmt, block_tokens=block_size, session_offset_s=session_offset)
         print_warnings(loaded.warnings)
         canonical = canonicalize(loaded.requests)
         result = replay_cache_only(loaded.requests, capacity_blocks=capacity_blocks, capacity_fraction=capacity_fraction,
-                                   policy=policy, clock=clock, canonical=canonical, record_requests=out is not None)
+                                   policy=policy, policy_params=policy_params, clock=clock, canonical=canonical,
+                                   record_requests=out is not None)
         summary = {"trace": loaded.path, "format": loaded.fmt, **result.summary(), "load_time_s": loaded.load_time_s}
         if out is not None:
             _write(out, summary, loaded.requests, result.request_hit_blocks)
@@ -138,7 +149,7 @@ def _write(out: Path, summary: dict, requests, hits: list[int]) -> None:
 
 
 def _timed(trace, fmt, mode, policy, capacity_blocks, capacity_fraction, block_size, session_offset, as_json, out,
-           scenario=None, overrides=None):
+           scenario=None, overrides=None, policy_params=None, param_items=None):
     """Run a timed mode through ``agentsim.replay.timed.run_timed_replay``."""
     from agentsim.replay.timed import run_timed_replay
 
@@ -149,7 +160,8 @@ def _timed(trace, fmt, mode, policy, capacity_blocks, capacity_fraction, block_s
         extra["overrides"] = overrides
     result = run_timed_replay(trace=trace, fmt=fmt, mode=mode, policy=policy, capacity_blocks=capacity_blocks,
                               capacity_fraction=capacity_fraction, block_tokens=block_size,
-                              session_offset_s=session_offset, out_dir=out, **extra)
+                              session_offset_s=session_offset, out_dir=out, policy_params=policy_params,
+                              param_items=param_items, **extra)
     summary = result if isinstance(result, dict) else getattr(result, "summary", {})
     if as_json:
         sys.stdout.write(json.dumps(summary, default=float) + "\n")

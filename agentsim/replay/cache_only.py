@@ -34,6 +34,7 @@ from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.policy import EvictionPolicy
 from agentsim.cache.radix import RadixCache
 from agentsim.errors import InputError, InvariantViolation
+from agentsim.replay.params import validate_policy_params
 from agentsim.replay.prefix import CanonicalTrace, canonicalize
 from agentsim.workload.traces.records import TraceRequest
 
@@ -98,16 +99,15 @@ class CacheOnlyResult:
         return out
 
 
-def make_policy(name: str, params: dict | None = None):
-    """An instance of the registered eviction policy ``name`` (InputError with did-you-mean)."""
+def make_policy(name: str, params: dict | None = None, param_items: list[str] | None = None):
+    """An instance of the registered eviction policy ``name`` (InputError with did-you-mean).
+
+    Bad ``params`` raise an InputError naming the ``--param`` option (``param_items`` are the
+    option texts the params came from, see :mod:`agentsim.replay.params`).
+    """
     if name not in EVICTION_POLICIES:
         raise InputError(EVICTION_POLICIES.unknown_message(name), "--policy")
-    cls = EVICTION_POLICIES.get(name)
-    try:
-        validated = EVICTION_POLICIES.validate_params(name, params)
-    except Exception as exc:  # pydantic ValidationError or "takes no parameters"
-        raise InputError(f"bad parameters for policy {name!r}: {exc}", "--policy") from None
-    return cls(validated)
+    return EVICTION_POLICIES.get(name)(validate_policy_params(EVICTION_POLICIES, name, params or {}, param_items))
 
 
 def resolve_capacity(unique_blocks: int, capacity_blocks: int | None, capacity_fraction: float | None) -> int:

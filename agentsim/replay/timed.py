@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentsim.config.loader import load_scenario, scenario_from_dict
+from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.config.loader import apply_overrides, load_scenario, scenario_from_dict
 from agentsim.engine.simulation import Simulation
 from agentsim.engine.trace_driver import TraceDriver
 from agentsim.errors import InputError
 from agentsim.replay.cache_only import resolve_capacity
+from agentsim.replay.params import validate_policy_params
 from agentsim.replay.prefix import canonicalize
 from agentsim.workload.traces import iter_weka_sessions, load_requests, resolve_format
 
@@ -27,15 +29,21 @@ DEFAULT_SCENARIO = {
 }
 
 
-def run_timed_replay(trace, fmt: str = "auto", mode: str = "open-loop", policy: str = "lru",
+def run_timed_replay(trace, fmt: str = "auto", mode: str = "open-loop", policy: str | None = None,
                      capacity_blocks: int | None = None, capacity_fraction: float | None = None,
                      block_tokens: int | None = None, session_offset_s: float = 0.0, out_dir=None,
                      scenario_file: str | Path | None = None, overrides: list[str] | None = None,
-                     policy_params: dict | None = None):
+                     policy_params: dict | None = None, param_items: list[str] | None = None):
     """Replay ``trace`` with timing; returns a :class:`~agentsim.engine.simulation.RunResult`
     whose summary also holds ``requests``, ``unique_blocks``, ``ideal_hit_ratio``,
     ``block_hit_ratio`` (hit blocks / requested blocks), ``capacity_blocks``, ``policy``, ``mode``.
-    Writes the run directory when ``out_dir`` is given."""
+    Writes the run directory when ``out_dir`` is given.
+
+    ``policy`` None keeps the scenario's eviction policy (default scenario: ``lru``) with its
+    parameters; ``policy_params`` (from ``--param``) update them. ``overrides`` (``--set``)
+    apply to the scenario file or, without one, to the default scenario. The replay's
+    capacity options then set ``hardware.kv_capacity_bytes`` and the trace sets
+    ``cache.block_tokens``, whatever the scenario says."""
     if mode not in ("open-loop", "closed-loop"):
         raise InputError(f"unknown timed mode {mode!r}; use open-loop or closed-loop", "--mode")
     fmt = resolve_format(trace, fmt)
@@ -45,11 +53,14 @@ def run_timed_replay(trace, fmt: str = "auto", mode: str = "open-loop", policy: 
     capacity = resolve_capacity(canonical.unique_blocks, capacity_blocks, capacity_fraction)
     if scenario_file is not None:
         base = load_scenario(scenario_file, overrides or [])
-        data = base.model_dump(mode="json")
     else:
-        data = scenario_from_dict(DEFAULT_SCENARIO).model_dump(mode="json")
+        # --set applies to the default scenario too (its errors name --set).
+        base = scenario_from_dict(apply_overrides(DEFAULT_SCENARIO, overrides or []),
+                                  source="--set" if overrides else "replay options")
+    data = base.model_dump(mode="json")
     data["cache"]["block_tokens"] = block
-    data["cache"]["eviction"] = {"name": policy, "params": policy_params or {}}
+    data["cache"]["eviction"] = eviction_for_replay(data["cache"]["eviction"], policy, policy_params, param_items)
+    policy = data["cache"]["eviction"]["name"]
     data["hardware"]["kv_capacity_bytes"] = float(capacity * block * data["model"]["kv_bytes_per_token"])
     data["name"] = f"replay-{Path(str(trace)).name}"
     scenario = scenario_from_dict(data, source=str(scenario_file or "replay options"))
@@ -83,6 +94,23 @@ def run_timed_replay(trace, fmt: str = "auto", mode: str = "open-loop", policy: 
 
         write_run(result, out_dir)
     return result
+
+
+def eviction_for_replay(current: dict, policy: str | None, params: dict | None,
+                        param_items: list[str] | None = None) -> dict:
+    """The ``cache.eviction`` mapping of a timed replay.
+
+    The scenario's policy keeps its parameters unless ``--policy`` names another one (whose
+    parameters start from its defaults); ``--param`` values update them. Validated here so a
+    bad name or value is reported against ``--policy`` / ``--param``, not the scenario.
+    """
+    name = policy or current.get("name") or "lru"
+    if name not in EVICTION_POLICIES:
+        raise InputError(EVICTION_POLICIES.unknown_message(name), "--policy")
+    merged = dict(current.get("params") or {}) if name == current.get("name") else {}
+    merged.update(params or {})
+    validate_policy_params(EVICTION_POLICIES, name, merged, param_items)
+    return {"name": name, "params": merged}
 
 
 def weka_reuse_report(table, sessions, block_tokens: int) -> dict:

@@ -84,12 +84,16 @@ class S3FIFO(QueuePolicy):
     def _select(self, now_s):
         self._has_evicted = True
         threshold = self.params.move_to_main_threshold
-        while True:
-            if self.main.blocks > self.main_cap or self.small.blocks == 0:
-                node = self._evict_main() or self._evict_small(threshold)
-            else:
-                node = self._evict_small(threshold) or self._evict_main()
-            return node
+        if self.main.blocks > self.main_cap or self.small.blocks == 0:
+            node = self._evict_main() or self._evict_small(threshold)
+        else:
+            node = self._evict_small(threshold) or self._evict_main()
+        if node is None:
+            # Every eligible run of S had been hit enough to move to M (and M had no eligible
+            # run before they moved): they are in M now, with freq 0, so M yields a victim.
+            # Without this second look a reservation failed while evictable runs existed.
+            node = self._evict_main()
+        return node
 
     def _evict_small(self, threshold):
         while True:
