@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from agentsim.config.yaml_text import safe_load
+from agentsim.yaml_text import safe_load
 from agentsim.errors import InputError
 
 #: Requests of at most this many cells are overlaid in a sweep's latency CDF (legibility).

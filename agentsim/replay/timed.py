@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentsim.config.loader import load_scenario, scenario_from_dict
+from agentsim.engine.loading import load_scenario, scenario_from_dict
 from agentsim.engine.simulation import Simulation
 from agentsim.engine.trace_driver import TraceDriver
 from agentsim.errors import InputError
