@@ -85,7 +85,7 @@ def check_no_orphans_in_tiers(scenario, source: str, lines: dict) -> None:
         if tier is not None:
             refs.append((tier.eviction, ("cache", "tiers", name, "eviction")))
     for ref, path in refs:
-        policy = EVICTION_POLICIES.get(ref.name)(EVICTION_POLICIES.validate_params(ref.name, ref.params))
+        policy = EVICTION_POLICIES.create(ref.name, ref.params)
         if policy.allows_orphans:
             raise InputError(
                 f"policy {ref.name!r} in tree_mode 'flat' evicts runs whose descendants stay resident, "
