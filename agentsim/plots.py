@@ -28,30 +28,14 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from agentsim.metrics.catalogue import EVICTION_REASONS, axis_label
 from agentsim.metrics.summary import GAP_BUCKETS
 
 #: Tail quantiles marked on latency CDFs and the labels used for them.
 TAIL_QUANTILES = ((0.99, "p99"), (0.999, "p99.9"))
 
-#: Readable names of metric columns (axis labels, legends).
-LABELS = {
-    "ttft_s": "time to first token (s)",
-    "e2e_s": "end-to-end latency (s)",
-    "tpot_s": "time per output token (s)",
-    "queue_wait_s": "queue wait (s)",
-    "hit_ratio": "hit ratio (tokens, timed run)",
-    "policy_replay_hit_ratio": "hit ratio (blocks, cache-only replay of the run's stream)",
-    "belady_replay_hit_ratio": "Belady hit ratio (blocks, replay)",
-    "sla_attainment": "SLA attainment (fraction of requests)",
-    "cost_per_million_tokens_usd": "GPU cost per million tokens (USD)",
-    "ttft_p99_s": "TTFT p99 (s)",
-    "ttft_p999_s": "TTFT p99.9 (s)",
-    "kv_capacity_bytes": "HBM KV capacity (GB)",
-    "provider_bill_usd": "provider-style bill (USD)",
-}
-
 TIER_ORDER = ["hbm", "peer_hbm", "dram", "disk", "remote"]
-REASON_ORDER = ["capacity", "ttl_expiry", "pin_timeout", "pressure_unpin", "mutation", "admission"]
+REASON_ORDER = list(EVICTION_REASONS)
 BREAKDOWN_PARTS = (("queue_wait_s", "queue wait"), ("load_wait_s", "load from lower tier"), ("prefill_s", "prefill (compute)"))
 
 
@@ -60,10 +44,9 @@ class PlotSkipped(Exception):
 
 
 def label(column: str) -> str:
-    """Readable axis label for a column name (the name itself, de-underscored, if unknown)."""
-    if column in LABELS:
-        return LABELS[column]
-    return column.replace("_", " ")
+    """Readable axis label for a column name (its catalogue ``axis_label``; else the name itself,
+    de-underscored)."""
+    return axis_label(column) or column.replace("_", " ")
 
 
 def _style():
@@ -293,7 +276,7 @@ def hit_ratio_vs_capacity(table: pd.DataFrame, capacity: str = "kv_capacity_byte
         xs = data["_x"].to_numpy(dtype=float)
         if xs.min() > 0 and xs.max() / xs.min() > 4:
             ax.set_xscale("log")
-        ax.set_xlabel(capacity_label or (label(capacity) if capacity_scale == 1e9 or capacity not in LABELS else capacity))
+        ax.set_xlabel(capacity_label or (label(capacity) if capacity_scale == 1e9 or axis_label(capacity) is None else capacity))
         ax.set_ylabel(label(hit))
         ax.set_ylim(0, 1.02)
         ax.legend(fontsize=8, title=hue)

@@ -3,6 +3,12 @@
 A registered class may declare a nested pydantic model ``Params``; the registry validates a
 scenario's parameter dict against it, so a typo in a policy parameter is reported with the
 parameter's YAML path like any other scenario error.
+
+A registry lives outside the package of its plugins (e.g. ``agentsim/cache/registries.py`` for
+the policies of ``agentsim/cache/policies/``), so a plugin module imports the registry without
+importing the package that imports every plugin. Given ``plugins`` (a package name), the registry
+imports that package on its first lookup, so every built-in is registered whichever module a
+caller imported first.
 """
 
 from __future__ import annotations
@@ -19,9 +25,18 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """A named collection of component classes of one kind (e.g. "eviction policy")."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, plugins: str | None = None):
         self.kind = kind
         self._classes: dict[str, type[T]] = {}
+        self._plugins = plugins
+
+    def _load_plugins(self) -> None:
+        """Import the plugin package once (its modules register themselves)."""
+        if self._plugins is not None:
+            package, self._plugins = self._plugins, None  # cleared first: the import re-enters
+            import importlib
+
+            importlib.import_module(package)
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
         def decorator(cls: type[T]) -> type[T]:
@@ -38,12 +53,15 @@ class Registry(Generic[T]):
         self._classes.pop(name, None)
 
     def names(self) -> list[str]:
+        self._load_plugins()
         return sorted(self._classes)
 
     def __contains__(self, name: str) -> bool:
+        self._load_plugins()
         return name in self._classes
 
     def get(self, name: str) -> type[T]:
+        self._load_plugins()
         try:
             return self._classes[name]
         except KeyError:
@@ -63,6 +81,11 @@ class Registry(Generic[T]):
                 raise ValueError(f"{self.kind} {name!r} takes no parameters")
             return None
         return model.model_validate(params or {})
+
+    def create(self, name: str, params: dict[str, Any] | None = None) -> T:
+        """A new instance of the class registered as ``name``, given its validated ``params``
+        (raises KeyError for an unknown name, pydantic ValidationError for bad parameters)."""
+        return self.get(name)(self.validate_params(name, params))
 
 
 def describe_params(model: type[BaseModel] | None) -> list[tuple[str, str, str]]:

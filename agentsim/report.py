@@ -32,15 +32,13 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from agentsim.config.yaml_text import safe_load
+from agentsim.yaml_text import safe_load
 from agentsim.errors import InputError
+from agentsim.metrics.catalogue import KEY_METRICS, table_rows
 
 #: Requests of at most this many cells are overlaid in a sweep's latency CDF (legibility).
 MAX_CDF_CELLS = 8
 
-KEY_METRICS = ["hit_ratio", "ttft_p50_s", "ttft_p99_s", "ttft_p999_s", "e2e_p99_s", "tpot_p99_s", "sla_attainment",
-               "recomputed_tokens", "cost_per_million_tokens_usd", "provider_bill_usd", "belady_replay_hit_ratio",
-               "policy_replay_hit_ratio", "belady_headroom", "characteristic_eviction_time_s"]
 
 
 @dataclass
@@ -222,9 +220,7 @@ def html_table(frame: pd.DataFrame, left: int = 1) -> str:
 
 
 def _summary_rows(summary: dict) -> pd.DataFrame:
-    from agentsim.commands.common import HIERARCHY_ROWS, SUMMARY_ROWS
-
-    rows = [(lbl, summary[key]) for key, lbl in SUMMARY_ROWS + HIERARCHY_ROWS
+    rows = [(lbl, summary[key]) for key, lbl in table_rows("summary") + table_rows("hierarchy")
             if key in summary and summary[key] is not None and key not in ("wall_s",)]
     for key in ("cost_per_million_tokens_usd", "gpu_hours", "provider_bill_usd"):
         if key in summary and summary[key] is not None:

@@ -29,7 +29,7 @@ RSS_TARGET_MB = 2048.0
 
 
 def child(agents: int, duration: str) -> None:
-    from agentsim.config.loader import load_scenario
+    from agentsim.engine.loading import load_scenario
     from agentsim.engine.simulation import Simulation
 
     scenario = load_scenario(SCENARIO, [f"workload.agent_classes.coding.arrival.concurrent={agents}",

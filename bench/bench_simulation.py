@@ -51,7 +51,7 @@ class CountingEnvironment(simpy.Environment):
 
 
 def simulation_rates(scenario_path: Path) -> dict:
-    from agentsim.config.loader import load_scenario
+    from agentsim.engine.loading import load_scenario
     from agentsim.engine import simulation as sim_module
 
     scenario = load_scenario(scenario_path)

@@ -10,7 +10,7 @@ import pytest
 
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cluster.instance import ServingInstance
-from agentsim.config.loader import load_scenario
+from agentsim.engine.loading import load_scenario
 from agentsim.engine.simulation import run_scenario
 from agentsim.errors import InvariantViolation
 from tests.conftest import ROOT

@@ -142,7 +142,7 @@ def test_validate_schema_policies(tmp_path):
 
 
 def test_switching_policy_by_name_drops_the_old_policys_params():
-    from agentsim.config.loader import load_scenario
+    from agentsim.engine.loading import load_scenario
 
     path = ROOT / "scenarios" / "ttl-capacity-bound.yaml"
     scenario = load_scenario(path, ["cache.eviction.name=lru"])

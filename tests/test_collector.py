@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from agentsim.config.loader import load_scenario
+from agentsim.engine.loading import load_scenario
 from agentsim.engine.collector import freezing_collector
 from agentsim.engine.simulation import Simulation
 

@@ -93,7 +93,7 @@ def test_a_default_run_does_not_import_scipy_stats():
     from tests.conftest import ROOT
 
     code = ("import sys\n"
-            "from agentsim.config.loader import load_scenario\n"
+            "from agentsim.engine.loading import load_scenario\n"
             "from agentsim.engine.simulation import run_scenario\n"
             "run_scenario(load_scenario('scenarios/coding-agents.yaml', overrides=['duration_s=2m']))\n"
             "print('scipy.stats' in sys.modules)\n")

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from agentsim.config.loader import load_scenario
+from agentsim.engine.loading import load_scenario
 from agentsim.engine.simulation import run_scenario
 from agentsim.engine.economics import DEFAULT_PRICES, economics_summary, provider_bill_usd, scenario_ttl_s
 

@@ -11,7 +11,7 @@ import yaml
 from pydantic import TypeAdapter
 
 from agentsim.commands.fit import run_fit
-from agentsim.config.loader import load_scenario
+from agentsim.engine.loading import load_scenario
 from agentsim.errors import InputError
 from agentsim.workload.distributions import DistributionSpec, build
 from tests.conftest import ROOT, SHARED_DATA, run_cli

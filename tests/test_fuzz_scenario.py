@@ -14,7 +14,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentsim.config.loader import apply_overrides, load_scenario, read_yaml, scenario_from_dict
+from agentsim.config.loader import apply_overrides, read_yaml
+from agentsim.engine.loading import load_scenario, scenario_from_dict
 from agentsim.config.scenario import Scenario
 from agentsim.errors import InputError
 from tests.conftest import ROOT

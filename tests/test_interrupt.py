@@ -79,7 +79,7 @@ def test_normal_run_is_marked_complete(small_scenario_yaml, tmp_path):
 
 def test_stop_request_in_process(small_scenario_yaml):
     """The engine API: a StopRequest set during the run ends it at the next event."""
-    from agentsim.config.loader import load_scenario
+    from agentsim.engine.loading import load_scenario
     from agentsim.engine.simulation import StopRequest, run_scenario
 
     scenario = load_scenario(small_scenario_yaml, ["duration_s=10h"])

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.radix import RadixCache
-from agentsim.config.loader import scenario_from_dict
+from agentsim.engine.loading import scenario_from_dict
 from agentsim.engine.simulation import run_scenario
 
 # Requests are prefixes of a few "conversations" (so they share) plus a private tail.

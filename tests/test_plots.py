@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from agentsim import plots
-from agentsim.config.loader import load_scenario
+from agentsim.engine.loading import load_scenario
 from agentsim.engine.simulation import run_scenario
 from tests.conftest import ROOT
 

@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from agentsim.config.loader import load_scenario
+from agentsim.engine.loading import load_scenario
 from agentsim.engine.simulation import run_scenario
 from tests.conftest import ROOT, run_cli
 
@@ -96,7 +96,7 @@ def test_admission_filter_from_the_scenario():
 
 
 def test_do_not_cache_decode_recomputes_the_previous_output():
-    from agentsim.config.loader import load_scenario
+    from agentsim.engine.loading import load_scenario
     from agentsim.engine.simulation import run_scenario
 
     def run_table(*overrides):

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from agentsim.config.loader import scenario_from_dict
+from agentsim.engine.loading import scenario_from_dict
 from agentsim.engine.simulation import run_scenario
 from tests.conftest import run_cli
 from tests.test_policy_agentic import log_removals, make, random_agent_trace, run_agent_trace, serve

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from agentsim.cluster.costmodel import RooflineCostModel
-from agentsim.config.loader import scenario_from_dict
+from agentsim.engine.loading import scenario_from_dict
 from agentsim.config.scenario import HardwareConfig, ModelConfig
 from agentsim.config.units import parse_bytes
 from agentsim.errors import InputError

@@ -7,7 +7,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from agentsim.config.loader import load_scenario
+from agentsim.engine.loading import load_scenario
 from agentsim.engine.simulation import Simulation
 from tests.conftest import ROOT
 

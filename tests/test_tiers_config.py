@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from agentsim.config.loader import load_scenario
+from agentsim.engine.loading import load_scenario
 from agentsim.errors import InputError
 from agentsim.engine.simulation import Simulation
 

@@ -13,7 +13,7 @@ from agentsim.cluster.instance import ServingInstance
 from agentsim.cluster.links import Link
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.topology import InstanceLinks, load_breakdown
-from agentsim.config.loader import load_scenario
+from agentsim.engine.loading import load_scenario
 from agentsim.config.scenario import TiersConfig
 from agentsim.engine.simulation import run_scenario
 

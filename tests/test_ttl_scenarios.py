@@ -1,6 +1,6 @@
 """The two TTL regime scenarios say which regime they are in, and behave accordingly."""
 
-from agentsim.config.loader import load_scenario
+from agentsim.engine.loading import load_scenario
 from agentsim.engine.simulation import run_scenario
 from tests.conftest import ROOT
 

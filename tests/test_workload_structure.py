@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agentsim.config.loader import scenario_from_dict
+from agentsim.engine.loading import scenario_from_dict
 from agentsim.engine.agents import arrival_rate_multiplier
 from agentsim.engine.simulation import run_scenario
 from agentsim.workload.prefix_graph import PromptPath, build_prefix_graph, sharing_statistics

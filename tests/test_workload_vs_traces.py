@@ -9,7 +9,7 @@ traces within 10% (p99 within 20%).
 import numpy as np
 import pytest
 
-from agentsim.config.loader import load_scenario
+from agentsim.engine.loading import load_scenario
 from agentsim.engine.agents import AgentClassModel
 from agentsim.workload.fitting.quantities import weka_quantities
 from tests.conftest import ROOT, SHARED_DATA

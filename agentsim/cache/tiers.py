@@ -5,16 +5,8 @@ it leaves the tree only when it is resident nowhere. Tier 0 is HBM and keeps the
 :class:`~agentsim.cache.radix.RadixCache` (match -> pin -> reserve -> commit -> unpin); tiers
 1.. are the lower tiers, top to bottom.
 
-**Policies per tier, unchanged.** Every tier has its own capacity accounting and its own
-eviction-policy instance. A policy never sees a tree node directly: it sees that node's
-:class:`TierEntry` in its tier, a small proxy whose ``alive`` (resident in this tier),
-``lock_ref`` (HBM: request pins; lower tiers: in-flight transfer pins), ``children`` (children
-resident in this tier) and ``parent`` (the parent's entry in this tier, or the tier's root
-entry) describe the tier's projection of the tree, while ``keys``, ``start_block``,
-``last_access_s``, ``hit_count``... are the node's. Entries also carry the per-policy fields
-(``heap_version``, ``policy_data``), so two tiers' policies never clobber each other's state.
-The policy is bound to a :class:`TierView` whose ``is_evictable(entry)`` says: resident in the
-tier, unpinned there, no child resident in the tier. So every registered policy works per tier.
+**Policies per tier, unchanged**: every tier has its own capacity accounting and its own
+eviction-policy instance, which sees per-tier entries (:mod:`agentsim.cache.residency`).
 
 **Movement.** HBM eviction demotes a block (copy down first, then free) to the next tier if that
 tier's write policy is ``write_back``; ``write_through`` tiers received a copy when the block
@@ -35,207 +27,26 @@ for policies that rank leaves by a key equal along such a run and keep no other 
 (:func:`merges_exactly`: LRU), so it is done only when every tier's policy qualifies; the
 merged node keeps the upper node's identity and stats.
 
-**No SimPy here.** Copies down are accounted at once; their bytes are reported through the
-``on_transfer(src_tier, dst_tier, n_blocks)`` callback, which the serving instance turns into
-link transfers (so they contend with loads). Loads are two-phase: :meth:`TieredCache.begin_load`
-pins the source copies (in every tier, so nothing splits or drops them) and
-:meth:`TieredCache.finish_load` makes them HBM-resident when the transfer is done.
+**No SimPy here.** Loads, prefetch and tool-gap moves are in :mod:`agentsim.cache.tier_staging`
+(a mixin of :class:`TieredCache`); copies down are reported through ``on_transfer``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from agentsim.cache.policy import EvictionPolicy, KeyedLeafPolicy
-from agentsim.cache.radix import Node, _common_prefix, descend, iter_subtree
+from agentsim.cache.policy import EvictionPolicy
+from agentsim.cache.radix import _common_prefix, descend, iter_subtree
+from agentsim.cache.residency import HBM, Tier, TierEntry, TierSpec, TNode, merges_exactly
+from agentsim.cache.tier_staging import PrefetchPin, TierStaging
 from agentsim.errors import InvariantViolation
-
-HBM = 0
-
-
-def merges_exactly(policy: EvictionPolicy) -> bool:
-    """Whether two adjacent runs, resident in the same tiers and last touched at the same time,
-    may become one node in ``policy``'s tier without changing any of its decisions: a keyed
-    leaf policy whose runs may grow in place (``merge_runs``: its key is equal along a run after
-    path-touch, and ranks a run by its deepest block) and that keeps no per-node state besides
-    its lazy heap (the base class's insert, split, removal, timer and agentic hooks)."""
-    cls = type(policy)
-    return (isinstance(policy, KeyedLeafPolicy) and cls.merge_runs
-            and cls.on_insert is KeyedLeafPolicy.on_insert and cls.on_split is KeyedLeafPolicy.on_split
-            and cls.on_access is KeyedLeafPolicy.on_access
-            and cls.on_remove is EvictionPolicy.on_remove and cls.on_timer is EvictionPolicy.on_timer
-            and cls.on_tool_start is EvictionPolicy.on_tool_start and cls.on_lookup is EvictionPolicy.on_lookup)
-
-
-class TNode(Node):
-    """A tree node with per-tier residency: ``entries[t]`` is its entry in tier t or None."""
-
-    __slots__ = ("entries", "loading", "load_tiers", "tier_children")
-
-    def __init__(self, node_id, parent, keys, start_block, now_s, n_tiers):
-        super().__init__(node_id, parent, keys, start_block, now_s)
-        self.entries: list[TierEntry | None] = [None] * n_tiers
-        #: ``tier_children[t]``: children resident in tier t (kept by ``_enter``/``_leave``/
-        #: ``_split``), so "is this a leaf of tier t" needs no scan of a shared prefix's
-        #: thousands of children.
-        self.tier_children: list[int] = [0] * n_tiers
-        self.loading = 0  # in-flight loads towards HBM through this node
-        # Tiers whose copies each in-flight load pinned (one tuple per load): copies made during
-        # the load (a concurrent request recomputing the blocks into HBM) are not its to unpin.
-        self.load_tiers: list[tuple] | None = None
-
-    @property
-    def hbm(self) -> bool:
-        return self.entries[0] is not None
-
-    def resident_anywhere(self) -> bool:
-        for entry in self.entries:
-            if entry is not None:
-                return True
-        return False
-
-
-class TierEntry:
-    """A node as one tier's policy sees it (see the module docstring)."""
-
-    __slots__ = ("node", "tier", "alive", "io_ref", "heap_version", "policy_data", "seq")
-    _counter = 0
-
-    def __init__(self, node: TNode, tier: "Tier"):
-        TierEntry._counter += 1
-        self.seq = TierEntry._counter   # creation order: the last tie-break in policy heaps
-        self.node = node
-        self.tier = tier
-        self.alive = True
-        self.io_ref = 0
-        self.heap_version = 0
-        self.policy_data = None
-
-    # Node state shared by all tiers.
-    keys = property(lambda self: self.node.keys)
-    start_block = property(lambda self: self.node.start_block)
-    end_block = property(lambda self: self.node.end_block)
-    n_blocks = property(lambda self: len(self.node.keys))
-    node_id = property(lambda self: self.node.node_id)
-    last_access_s = property(lambda self: self.node.last_access_s)
-    created_s = property(lambda self: self.node.created_s)
-    hit_count = property(lambda self: self.node.hit_count)
-
-    @property
-    def lock_ref(self) -> int:
-        if self.tier.index == HBM:
-            return self.node.lock_ref + self.io_ref
-        return self.io_ref
-
-    @property
-    def children(self) -> dict:
-        t = self.tier.index
-        return {key: child.entries[t] for key, child in self.node.children.items() if child.entries[t] is not None}
-
-    @property
-    def parent(self):
-        parent = self.node.parent
-        if parent is None:
-            return None
-        entry = parent.entries[self.tier.index]
-        return entry if entry is not None else self.tier.root_entry
-
-    def __lt__(self, other: "TierEntry") -> bool:
-        # A node that left a tier and came back has a new entry with the same node_id; heap
-        # tuples of the two may tie up to here.
-        return self.seq < other.seq
-
-    def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return f"TierEntry({self.tier.name}, {self.node!r}, io={self.io_ref})"
-
-
-@dataclass
-class TierSpec:
-    """Configuration of one lower tier (capacity in blocks of this cache)."""
-
-    name: str
-    capacity_blocks: int
-    policy: EvictionPolicy
-    write_policy: str = "write_back"        # write_through | write_through_selective | write_back
-    write_through_hits: int = 2
-    inclusive: bool = True
-
-
-class Tier:
-    """Capacity accounting of one tier; the ``cache`` its policy is bound to (a tier view)."""
-
-    def __init__(self, index: int, name: str, capacity_blocks: int, policy: EvictionPolicy, owner: "TieredCache",
-                 write_policy: str = "write_back", write_through_hits: int = 2, inclusive: bool = True):
-        if capacity_blocks <= 0:
-            raise ValueError(f"tier {name}: capacity_blocks must be positive")
-        self.index = index
-        self.name = name
-        self.capacity_blocks = int(capacity_blocks)
-        self.policy = policy
-        self.owner = owner
-        self.write_policy = write_policy
-        self.write_through_hits = write_through_hits
-        self.inclusive = inclusive
-        self.used_blocks = 0          # resident (+ reserved, for HBM)
-        self.reserved_blocks = 0
-        self.inserted_blocks = 0
-        self.evicted_blocks = 0
-        self.evicted_by_reason: dict[str, int] = {}
-        self.root_entry = TierEntry(owner.root, self)
-        policy.bind(self)
-
-    # --- the view a policy sees -----------------------------------------------------------
-    def is_evictable(self, entry: TierEntry) -> bool:
-        node = entry.node
-        if not entry.alive or node.parent is None or entry.io_ref:
-            return False
-        if self.index == HBM and node.lock_ref:
-            return False
-        return not node.tier_children[self.index]
-
-    @property
-    def resident_blocks(self) -> int:
-        return self.used_blocks - self.reserved_blocks
-
-    def split(self, entry: TierEntry, offset: int) -> TierEntry:
-        """Public split for policies (as :meth:`RadixCache.split`); returns the upper entry."""
-        if not 0 < offset < len(entry.node.keys):
-            raise InvariantViolation(f"split of {entry!r} at {offset}")
-        upper = self.owner._split(entry.node, offset)
-        return upper.entries[self.index]
-
-    def expire(self, now_s: float, reason: str = "ttl_expiry") -> int:
-        """Move the entries the policy reports as expired out of this tier (demoting them)."""
-        freed = 0
-        while True:
-            entry = self.policy.pop_expired(now_s)
-            if entry is None:
-                return freed
-            if not self.is_evictable(entry):
-                raise InvariantViolation(f"policy {self.policy.registered_name} expired a non-evictable entry {entry!r}")
-            freed += len(entry.node.keys)
-            self.owner.remove_tail(entry.node, len(entry.node.keys), reason, self.index, now_s)
-
-
-class PrefetchPin:
-    """The pins one prefetch holds (see :meth:`TieredCache.begin_prefetch`)."""
-
-    __slots__ = ("deepest", "masks", "staged_blocks", "released")
-
-    def __init__(self, deepest: TNode):
-        self.deepest = deepest
-        self.masks: dict[TNode, tuple] = {}   # node -> tiers whose copies this prefetch pinned
-        self.staged_blocks = 0
-        self.released = False
-
 
 class Match(NamedTuple):
     node: TNode        # deepest matched node (any tier)
     hit_blocks: int    # matched blocks, all tiers
 
 
-class TieredCache:
+class TieredCache(TierStaging):
     """HBM plus lower tiers over one tree. HBM attributes mirror :class:`RadixCache`."""
 
     def __init__(self, capacity_blocks: int, policy: EvictionPolicy, lower: list[TierSpec] | tuple = (),
@@ -580,46 +391,6 @@ class TieredCache:
                 self.tiers[t].policy.on_candidate(up)
         self.merged_nodes += 1
 
-    def _write(self, node: TNode, t: int, now_s: float) -> bool:
-        """Copy ``node`` into lower tier ``t`` (evicting there as needed). False if no room."""
-        tier = self.tiers[t]
-        n = len(node.keys)
-        if n > tier.capacity_blocks:
-            return False
-        shortfall = tier.used_blocks + n - tier.capacity_blocks
-        if shortfall > 0:
-            # The eviction (and the demotions it cascades into) must neither split this node
-            # nor drop an ancestor (with this node in its subtree): pin their copies meanwhile.
-            guarded = []
-            anc = node
-            while anc.parent is not None:
-                for entry in anc.entries:
-                    if entry is not None:
-                        entry.io_ref += 1
-                        guarded.append(entry)
-                anc = anc.parent
-            try:
-                ok = self.evict(shortfall, now_s, "capacity", t)
-            finally:
-                self._release_io(guarded)
-            if not ok or not node.alive:
-                return False
-        tier.used_blocks += n
-        self._enter(node, t, now_s)
-        if self.on_transfer is not None:
-            self.on_transfer(self.tiers[t - 1].name, tier.name, n)
-        nxt = t + 1
-        if nxt < self.n_tiers and self.tiers[nxt].write_policy == "write_through" and node.entries[nxt] is None:
-            self._write_through(node, nxt, now_s)
-        return True
-
-    def _write_through(self, node: TNode, t: int, now_s: float) -> None:
-        parent = node.parent
-        if parent.parent is not None and parent.entries[t] is None:
-            return  # keep write-through tiers prefix-closed (HiCache)
-        if self._write(node, t, now_s):
-            self.written_through_blocks[t] += len(node.keys)
-
     def commit(self, node: TNode, keys: list[int], start_block: int, n_reserved: int, now_s: float) -> TNode:
         """As :meth:`RadixCache.commit`: attach ``keys`` below ``node`` using reserved HBM blocks.
         Existing nodes that are not HBM-resident (recomputed instead of loaded) become
@@ -685,251 +456,6 @@ class TieredCache:
                 and not node.loading and not any(node.entries[1:])
                 and all(tier.write_policy == "write_back" for tier in self.tiers[1:]))
 
-    # --- loads ---------------------------------------------------------------------------------
-    def begin_load(self, deepest: TNode) -> int:
-        """Pin every non-HBM node on the path to ``deepest`` for an in-flight load to HBM.
-        The caller has reserved HBM blocks for them and pins the path itself. Returns blocks."""
-        blocks = 0
-        node = deepest
-        lower = range(1, self.n_tiers)  # entries[0] is None on these nodes
-        while node.parent is not None and node.entries[0] is None:
-            node.loading += 1
-            entries = node.entries
-            pinned = tuple([t for t in lower if entries[t] is not None])
-            for t in pinned:
-                entries[t].io_ref += 1
-            if node.load_tiers is None:
-                node.load_tiers = [pinned]
-            else:
-                node.load_tiers.append(pinned)
-            blocks += len(node.keys)
-            node = node.parent
-        return blocks
-
-    @staticmethod
-    def _load_pins(node: TNode, newest: bool = False) -> list[TierEntry]:
-        """Pop the oldest (or newest) in-flight load's pinned copies of ``node`` (see
-        :meth:`begin_load`)."""
-        tiers = node.load_tiers.pop(-1 if newest else 0) if node.load_tiers else ()
-        if not node.load_tiers:
-            node.load_tiers = None
-        out = []
-        for t in tiers:
-            entry = node.entries[t]
-            if entry is None:
-                raise InvariantViolation(f"load-pinned copy of {node!r} in tier {t} disappeared")
-            out.append(entry)
-        return out
-
-    def cancel_load(self, deepest: TNode) -> None:
-        """Undo :meth:`begin_load` (the request could not get HBM room)."""
-        released = []
-        node = deepest
-        while node.parent is not None and node.loading > 0 and node.entries[0] is None:
-            node.loading -= 1
-            released.extend(self._load_pins(node, newest=True))
-            node = node.parent
-        self._release_io(released)
-
-    def finish_load(self, deepest: TNode, n_reserved: int, now_s: float) -> dict[int, int]:
-        """The load begun with :meth:`begin_load` arrived: its blocks become HBM-resident using
-        ``n_reserved`` reserved blocks (any surplus, e.g. blocks another request recomputed
-        meanwhile, is released). Returns loaded blocks by source tier."""
-        by_source: dict[int, int] = {}
-        hbm = self.tiers[0]
-        node = deepest
-        arrived = []
-        released = []
-        while node.parent is not None and node.loading > 0:
-            node.loading -= 1
-            released.extend(self._load_pins(node))
-            if node.entries[0] is None:
-                arrived.append(node)
-            node = node.parent
-        self._release_io(released)
-        used = 0
-        for node in reversed(arrived):
-            source = self.source_tier(node)
-            n = len(node.keys)
-            used += n
-            by_source[source] = by_source.get(source, 0) + n
-            self.loaded_blocks[source] += n
-            self._enter(node, 0, now_s)
-        if used > n_reserved:
-            raise InvariantViolation(f"load of {used} blocks with only {n_reserved} reserved")
-        hbm.reserved_blocks -= used
-        if n_reserved - used:
-            self.release(n_reserved - used)
-        for node in arrived:
-            self._free_exclusive_copies(node)
-        return by_source
-
-    def _release_io(self, entries: list[TierEntry]) -> None:
-        """Drop one transfer pin from each entry; lazy policy heaps may have discarded entries
-        seen pinned, so re-announce the ones that became evictable."""
-        for entry in entries:
-            entry.io_ref -= 1
-        for entry in entries:
-            if entry.alive and entry.io_ref == 0 and entry.tier.is_evictable(entry):
-                entry.tier.policy.on_candidate(entry)
-
-    def _free_exclusive_copies(self, node: TNode) -> None:
-        """Exclusive tiers give up their copy once the block is in HBM."""
-        for t in range(1, self.n_tiers):
-            entry = node.entries[t]
-            if entry is not None and not self.tiers[t].inclusive and entry.io_ref == 0:
-                self._leave(node, t, "promoted")
-
-    def stage(self, node: TNode, t: int, now_s: float) -> bool:
-        """Copy ``node`` from a lower tier into tier ``t`` (prefetch staging into DRAM)."""
-        if node.entries[t] is not None:
-            return True
-        if not node.alive:
-            return False
-        ok = self._write(node, t, now_s)
-        if ok:
-            for s in range(t + 1, self.n_tiers):
-                entry = node.entries[s]
-                if entry is not None and not self.tiers[s].inclusive and entry.io_ref == 0:
-                    self._leave(node, s, "promoted")
-        return ok
-
-    # --- prefetch (HiCache L3 -> DRAM staging) and tool-gap swap-out ------------------------------
-    def begin_prefetch(self, deepest: TNode) -> "PrefetchPin":
-        """Pin (transfer pins) every copy of every node from the root to ``deepest`` while a
-        prefetch stages part of that path into DRAM ahead of a request's admission: nothing on
-        the path can be evicted, split by eviction, or dropped until :meth:`end_prefetch`.
-
-        Which tiers were pinned is recorded per node; a node another lookup splits meanwhile
-        inherits the record of the node below it (a split's upper part sits right above its
-        lower part on the path), so copies made later (a concurrent request's recompute, the
-        staging itself) are never unpinned by mistake."""
-        pin = PrefetchPin(deepest)
-        node = deepest
-        while node.parent is not None:
-            mask = tuple(t for t, entry in enumerate(node.entries) if entry is not None)
-            for t in mask:
-                node.entries[t].io_ref += 1
-            pin.masks[node] = mask
-            node = node.parent
-        return pin
-
-    def _pinned_path(self, pin: "PrefetchPin") -> list[tuple[TNode, tuple]]:
-        """(node, pinned tiers) from ``pin.deepest`` up to the root's child."""
-        out = []
-        mask: tuple = ()
-        node = pin.deepest
-        while node.parent is not None:
-            mask = pin.masks.get(node, mask)
-            out.append((node, mask))
-            node = node.parent
-        return out
-
-    def stage_prefetched(self, pin: "PrefetchPin", node: TNode, n_blocks: int, now_s: float) -> int:
-        """The first ``n_blocks`` blocks of ``node`` (on the pinned path) arrived in DRAM (tier 1)
-        from a lower tier: copy them there (splitting ``node`` if only part arrived) and keep the
-        new copy pinned until :meth:`end_prefetch`. An exclusive source tier frees its copy at
-        once. Returns the blocks staged (0 if DRAM had no room or the blocks were already there)."""
-        mask = dict(self._pinned_path(pin)).get(node)
-        if mask is None or not node.alive or not 0 < n_blocks <= len(node.keys):
-            return 0
-        target = node
-        if n_blocks < len(node.keys):
-            target = self._split(node, n_blocks)
-            pin.masks[target] = mask
-        if target.entries[1] is not None:
-            return 0
-        if not self.stage(target, 1, now_s):
-            return 0
-        target.entries[1].io_ref += 1
-        kept = [1]
-        for t in mask:
-            entry = target.entries[t]
-            if t >= 2 and not self.tiers[t].inclusive and entry is not None:
-                entry.io_ref -= 1
-                if entry.io_ref == 0:
-                    self._leave(target, t, "promoted")
-                continue
-            kept.append(t)
-        pin.masks[target] = tuple(sorted(kept))
-        n = len(target.keys)
-        pin.staged_blocks += n
-        return n
-
-    def next_to_stage(self, pin: "PrefetchPin") -> tuple[TNode, int] | None:
-        """The first node (from the root) of the pinned path with no HBM or DRAM copy, and the
-        lower tier it would be read from; None if the whole path is in HBM or DRAM."""
-        for node, _ in reversed(self._pinned_path(pin)):
-            if node.entries[0] is None and node.entries[1] is None:
-                return node, self.source_tier(node)
-        return None
-
-    def end_prefetch(self, pin: "PrefetchPin") -> None:
-        """Release the pins of :meth:`begin_prefetch` (and of the staged copies). Idempotent."""
-        if pin.released:
-            return
-        pin.released = True
-        released = []
-        for node, mask in self._pinned_path(pin):
-            for t in mask:
-                entry = node.entries[t]
-                if entry is None:
-                    raise InvariantViolation(f"prefetch-pinned copy of {node!r} in tier {t} disappeared")
-                released.append(entry)
-        self._release_io(released)
-        for node, _ in self._pinned_path(pin):
-            if node.entries[0] is not None and not node.loading:
-                self._free_exclusive_copies(node)
-
-    def swap_out_path(self, deepest: TNode, now_s: float, reason: str = "tool_demote") -> int:
-        """InferCept-style swap at a tool call: move the unpinned HBM-leaf chain ending at
-        ``deepest`` to tier 1, copying each node there first whatever tier 1's write policy
-        (unlike :meth:`demote_path`, a swap never drops KV), then freeing HBM. Stops at a shared
-        or pinned node, or when tier 1 has no room. Returns blocks moved out of HBM."""
-        if self.n_tiers < 2:
-            return 0
-        hbm = self.tiers[0]
-        moved = 0
-        node = deepest
-        while node.parent is not None and node.alive and node.entries[0] is None:
-            node = node.parent
-        while node.parent is not None and node.alive:
-            entry = node.entries[0]
-            if entry is None or not hbm.is_evictable(entry):
-                break
-            n = len(node.keys)
-            if node.entries[1] is None:
-                if not self._write(node, 1, now_s):
-                    break
-                self.demoted_blocks[1] += n
-            parent = node.parent
-            self._leave(node, 0, reason)
-            moved += n
-            node = parent
-        if node.parent is not None and node.entries[0] is not None and hbm.is_evictable(node.entries[0]):
-            hbm.policy.on_candidate(node.entries[0])
-        return moved
-
-    def demote_path(self, deepest: TNode, now_s: float, reason: str = "tool_demote") -> int:
-        """Evict the unpinned HBM-leaf chain ending at ``deepest`` from HBM (demoting it as the
-        write policies say). Stops at shared or pinned nodes. Returns blocks moved out of HBM."""
-        moved = 0
-        hbm = self.tiers[0]
-        node = deepest
-        while node.parent is not None and node.alive:
-            entry = node.entries[0]
-            if entry is None:
-                node = node.parent
-                continue
-            if not hbm.is_evictable(entry):
-                break
-            parent = node.parent
-            n = len(node.keys)
-            self.remove_tail(node, n, reason, 0, now_s)
-            moved += n
-            node = parent
-        return moved
-
     def expire(self, now_s: float, reason: str = "ttl_expiry") -> int:
         """TTL expiry in HBM (an expired block is demoted like an evicted one)."""
         return self.tiers[0].expire(now_s, reason)
@@ -992,3 +518,6 @@ class TieredCache:
 
     def pinned_blocks(self) -> int:
         return sum(len(n.keys) for n in self.iter_nodes() if n.lock_ref > 0 and n.entries[0] is not None) + self.reserved_blocks
+
+
+__all__ = ["HBM", "Match", "PrefetchPin", "TieredCache", "Tier", "TierEntry", "TierSpec", "TNode", "merges_exactly"]

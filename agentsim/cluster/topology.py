@@ -272,7 +272,7 @@ class Hierarchy:
         from agentsim.cache.tiers import TieredCache, TierSpec
 
         def policy(ref):
-            return EVICTION_POLICIES.get(ref.name)(EVICTION_POLICIES.validate_params(ref.name, ref.params))
+            return EVICTION_POLICIES.create(ref.name, ref.params)
 
         lower = []
         for name, cfg in self.config.enabled_tiers():

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.table import Table
 
+from agentsim.metrics.catalogue import table_rows
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -24,40 +26,16 @@ def _fmt(value) -> str:
     return str(value)
 
 
-SUMMARY_ROWS = [
-    ("requests", "requests"), ("sessions", "sessions"), ("hit_ratio", "hit ratio (tokens)"),
-    ("recomputed_tokens", "recomputed tokens"), ("ttft_p50_s", "TTFT p50 (s)"), ("ttft_p90_s", "TTFT p90 (s)"),
-    ("ttft_p99_s", "TTFT p99 (s)"), ("ttft_p999_s", "TTFT p99.9 (s)"), ("ttft_max_s", "TTFT max (s)"),
-    ("tpot_p50_s", "TPOT p50 (s)"), ("tpot_p99_s", "TPOT p99 (s)"), ("e2e_p99_s", "E2E p99 (s)"),
-    ("sla_attainment", "SLA attainment"), ("evicted_blocks", "evicted blocks"),
-    ("gpu_busy_fraction", "GPU busy fraction"), ("simulated_s", "simulated (s)"), ("wall_s", "wall (s)"),
-    # Diagnostics (agentsim/engine/diagnostics.py): why the cache result is what it is.
-    ("regime", "regime"), ("characteristic_eviction_time_s", "T_C: median idle age at eviction (s)"),
-    ("ttl_s", "policy TTL (s)"), ("ttl_expirations_blocks", "TTL expirations (blocks)"),
-    ("pins_created", "TTL-pins created"), ("pins_honored", "TTL-pins honoured"),
-    ("pins_timed_out", "TTL-pins timed out"), ("pins_broken_by_pressure", "TTL-pins broken by pressure"),
-    ("belady_replay_hit_ratio", "Belady hit ratio (replay, blocks)"),
-    ("policy_replay_hit_ratio", "policy hit ratio (replay, blocks)"), ("belady_headroom", "Belady headroom"),
-]
-
-
-# Memory-hierarchy rows (present when cache.tiers is enabled): TTFT = queue + load + prefill.
-HIERARCHY_ROWS = [
-    ("ttft_queue_wait_mean_s", "TTFT queue mean (s)"), ("ttft_load_wait_mean_s", "TTFT load mean (s)"),
-    ("ttft_prefill_mean_s", "TTFT prefill mean (s)"), ("ttft_load_wait_p99_s", "TTFT load p99 (s)"),
-]
-
-
 def summary_table(summary: dict, title: str = "summary") -> Table:
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
     shown = set()
-    for key, label in SUMMARY_ROWS:
+    for key, label in table_rows("summary"):
         if key in summary and summary[key] is not None:
             table.add_row(label, _fmt(summary[key]))
             shown.add(key)
-    for key, label in HIERARCHY_ROWS:
+    for key, label in table_rows("hierarchy"):
         if key in summary and summary[key] is not None:
             table.add_row(label, _fmt(summary[key]))
     if isinstance(summary.get("hit_ratio_by_tier"), dict):

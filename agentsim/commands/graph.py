@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         """Write the prefix-sharing graph (GraphML), a drawing (PNG) and sharing statistics."""
         from rich.table import Table
 
-        from agentsim.config.loader import load_scenario
+        from agentsim.engine.loading import load_scenario
         from agentsim.errors import InputError
         from agentsim.workload.prefix_graph import build_prefix_graph, draw_prefix_graph, sharing_statistics
 

@@ -61,11 +61,11 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="write mrc.json and curve.csv (256 capacities) here"),
     ) -> None:
         """LRU hit ratio at every capacity from stack distances (exact for prefix LRU)."""
-        from agentsim.commands.replay import FORMAT_CHOICES, _choice, print_warnings
+        from agentsim.commands.replay import _choice, format_choices, print_warnings
         from agentsim.replay import canonicalize, hit_ratio_curve, resolve_capacity
         from agentsim.replay.load import load_trace
 
-        _choice(fmt, FORMAT_CHOICES, "--format")
+        _choice(fmt, format_choices(), "--format")
         wanted = parse_fractions(fractions)
         loaded = load_trace(trace, fmt, block_tokens=block_size, session_offset_s=session_offset)
         print_warnings(loaded.warnings)

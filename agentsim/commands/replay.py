@@ -16,7 +16,13 @@ from typing import Optional
 import typer
 
 MODES = ("cache-only", "open-loop", "closed-loop")
-FORMAT_CHOICES = ("auto", "mooncake", "weka", "bailian")
+
+
+def format_choices() -> tuple[str, ...]:
+    """``--format`` values: ``auto`` and every trace format the readers know."""
+    from agentsim.workload.traces import FORMATS
+
+    return ("auto", *FORMATS)
 
 
 def _choice(value: str, choices: tuple[str, ...], option: str) -> str:
@@ -84,7 +90,7 @@ def register(app: typer.Typer) -> None:
         """Replay a trace through a KV cache and report hit ratios."""
         from agentsim.errors import InputError
 
-        _choice(fmt, FORMAT_CHOICES, "--format")
+        _choice(fmt, format_choices(), "--format")
         _choice(mode, MODES, "--mode")
         if capacity_blocks is not None and capacity_fraction is not None:
             raise InputError("give either --capacity-blocks or --capacity-fraction, not both", "command line")

@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         check_invariants: bool = typer.Option(False, "--check-invariants", help="verify cache invariants after every event (slow)"),
     ) -> None:
         """Simulate a scenario; write summary.json, requests.parquet and scenario.resolved.yaml."""
-        from agentsim.config.loader import load_scenario
+        from agentsim.engine.loading import load_scenario
         from agentsim.engine.simulation import StopRequest, run_scenario
         from agentsim.results import prepare_out_dir, write_run
 

@@ -18,7 +18,8 @@ def register(app: typer.Typer) -> None:
         show: bool = typer.Option(False, "--show", help="print the resolved scenario"),
     ) -> None:
         """Validate a scenario file (exit 0 if valid, 2 with one message if not)."""
-        from agentsim.config.loader import load_scenario, scenario_to_yaml
+        from agentsim.config.loader import scenario_to_yaml
+        from agentsim.engine.loading import load_scenario
 
         scenario = load_scenario(scenario_file, list(set_ or []))
         blocks = scenario.kv_capacity_blocks_per_instance()

@@ -1,4 +1,7 @@
-"""Load a scenario YAML file into a validated :class:`~agentsim.config.scenario.Scenario`.
+"""Read a scenario YAML file and validate it into a :class:`~agentsim.config.scenario.Scenario`.
+
+The whole load, registry checks included, is :func:`agentsim.engine.loading.load_scenario` (the
+composition root); this module is its part that needs nothing above ``config/``.
 
 Responsibilities (all I/O lives here, the models stay inert):
 * parse YAML while remembering the line of every key, so errors can name ``file: line N: path``;
@@ -12,17 +15,16 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from agentsim.config.resolve import resolve_fit_references, resolve_profiles
 from agentsim.config.scenario import Scenario
-from agentsim.config.yaml_text import compose, safe_load
+from agentsim.config.yaml_paths import Path_, format_path, locate
 from agentsim.errors import FieldError, InputError, closest_name, did_you_mean
-
-Path_ = tuple[str | int, ...]
-
+from agentsim.yaml_text import compose, safe_load
 
 def _compose_lines(text: str) -> dict[Path_, int]:
     """Map YAML paths to 1-based line numbers by walking the composed node graph."""
@@ -94,16 +96,6 @@ def _reject_duplicate_keys(text: str, source: str) -> None:
                 stack.append((value_node, path + (key,)))
         elif isinstance(node, yaml.SequenceNode):
             stack.extend((item, path + (index,)) for index, item in enumerate(node.value))
-
-
-def format_path(path: Path_) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -275,19 +267,13 @@ def validation_error_to_input_error(exc: ValidationError, source: str, lines: di
         message = f"unknown distribution {error.get('input', {}).get('dist') if isinstance(error.get('input'), dict) else error.get('input')!r}; expected one of {error['ctx'].get('expected_tags')}"
     elif "input" in error and not isinstance(error["input"], (dict, list)):
         message = f"{message} (got {error['input']!r})"
-    line = None
-    probe = path
-    while probe and line is None:
-        line = lines.get(probe)
-        probe = probe[:-1]
-    location = format_path(path)
-    if line is not None:
-        location = f"line {line}: {location}"
-    return InputError(message, source, location)
+    return InputError(message, source, locate(lines, path))
 
 
-def load_scenario(path: str | Path, overrides: list[str] | None = None, seed: int | None = None) -> Scenario:
-    """Read, override, resolve and validate a scenario. Raises InputError on any problem."""
+def read_scenario(path: str | Path, overrides: list[str] | None = None,
+                  seed: int | None = None) -> tuple[dict, dict[Path_, int]]:
+    """Read a scenario file and apply ``--set`` overrides and the seed: the raw mapping and its
+    line map, not yet validated. Raises InputError on any problem."""
     path = Path(path)
     data, lines = read_yaml(path)
     if not isinstance(data, dict):
@@ -298,25 +284,19 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None, seed: in
         data = apply_overrides(data, overrides)
     if seed is not None:
         data["seed"] = seed
-    return scenario_from_dict(data, source=str(path), lines=lines, base_dir=path.parent)
+    return data, lines
 
 
-def scenario_from_dict(data: dict, source: str = "<scenario>", lines: dict[Path_, int] | None = None,
-                       base_dir: Path | None = None) -> Scenario:
-    """Validate an already-parsed scenario mapping (profiles and fit references are resolved)."""
-    from agentsim.config.policies_check import check_components, check_policies
-    from agentsim.config.resolve import resolve_fit_references, resolve_profiles
-
-    lines = lines or {}
-    data = resolve_profiles(copy.deepcopy(data), source, lines)
+def validate_scenario(data: dict, source: str, lines: dict[Path_, int], base_dir: Path | None,
+                      load_catalogue: Callable[[str], dict[str, dict]]) -> Scenario:
+    """Resolve profiles (from ``load_catalogue``) and fit references in a parsed scenario mapping
+    and validate it; registered names are checked by the caller (the composition root)."""
+    data = resolve_profiles(copy.deepcopy(data), source, lines, load_catalogue)
     data = resolve_fit_references(data, base_dir or Path("."), source, lines)
     try:
-        scenario = Scenario.model_validate(data)
+        return Scenario.model_validate(data)
     except ValidationError as exc:
         raise validation_error_to_input_error(exc, source, lines) from None
-    check_policies(scenario, source, lines)
-    check_components(scenario, source, lines)
-    return scenario
 
 
 def scenario_to_yaml(scenario: Scenario) -> str:

@@ -1,7 +1,8 @@
 """Resolution steps run on the raw scenario mapping before validation.
 
-* :func:`resolve_profiles`: ``hardware.profile`` / ``model.profile`` name an entry in the packaged
-  catalogues (``agentsim/profiles/*.yaml``); its fields fill every key the scenario leaves out.
+* :func:`resolve_profiles`: ``hardware.profile`` / ``model.profile`` name an entry in a catalogue
+  (the composition root passes :func:`agentsim.hardware.profiles.load_catalogue`, the packaged
+  ``agentsim/profiles/*.yaml``); its fields fill every key the scenario leaves out.
 * :func:`resolve_fit_references`: ``{fit: FILE.yaml#quantity}`` becomes the fitted distribution
   spec stored in FILE (written by ``agentsim fit``), resolved relative to the scenario file.
 """
@@ -9,27 +10,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
-from agentsim.config.yaml_text import safe_load
+from agentsim.yaml_text import safe_load
+from agentsim.config.yaml_paths import locate
 from agentsim.errors import InputError, did_you_mean
-from agentsim.hardware.profiles import load_catalogue
 
 _SECTIONS = {"hardware": "hardware", "model": "models"}
 
 
-def _line(lines: dict, path: tuple) -> str:
-    probe = path
-    while probe:
-        if probe in lines:
-            return f"line {lines[probe]}: " + ".".join(str(p) for p in path)
-        probe = probe[:-1]
-    return ".".join(str(p) for p in path)
-
-
-def resolve_profiles(data: dict, source: str, lines: dict) -> dict:
+def resolve_profiles(data: dict, source: str, lines: dict, load_catalogue: Callable[[str], dict[str, dict]]) -> dict:
+    """Fill ``hardware`` and ``model`` from the profile each names; ``load_catalogue(name)`` returns
+    {profile name: fields} for ``hardware`` or ``models`` (given, so ``config/`` needs no catalogue)."""
     for section, catalogue_name in _SECTIONS.items():
         block = data.get(section)
         if not isinstance(block, dict) or not block.get("profile"):
@@ -37,11 +31,11 @@ def resolve_profiles(data: dict, source: str, lines: dict) -> dict:
         name = block["profile"]
         if not isinstance(name, str):
             raise InputError(f"{section}.profile must be a profile name, got {name!r}", source,
-                             _line(lines, (section, "profile")))
+                             locate(lines, (section, "profile")))
         catalogue = load_catalogue(catalogue_name)
         if name not in catalogue:
             raise InputError(f"unknown {section} profile {name!r}{did_you_mean(name, catalogue)}; known: {', '.join(sorted(catalogue))}",
-                             source, _line(lines, (section, "profile")))
+                             source, locate(lines, (section, "profile")))
         merged = {key: value for key, value in catalogue[name].items() if key != "sources"}
         merged.update(block)
         data[section] = merged
@@ -82,7 +76,7 @@ def resolve_fit_references(data: dict, base_dir: Path, source: str, lines: dict)
     targets = [(path, node) for path, node in _walk(data, ()) if "fit" in node and node.get("dist", "fit") == "fit"]
     for path, node in targets:
         ref = node["fit"]
-        location = _line(lines, path + ("fit",))
+        location = locate(lines, path + ("fit",))
         if not isinstance(ref, str) or "#" not in ref:
             raise InputError(f"a fit reference must look like 'FILE.yaml#quantity', got {ref!r}", source, location)
         file_part, quantity = ref.split("#", 1)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agentsim.config.units import Bytes, BytesPerSecond, Count, FlopsPerSecond, Seconds
 from agentsim.errors import FieldError
-from agentsim.workload.distributions import DistributionSpec
+from agentsim.config.distributions import DistributionSpec
 
 
 class Strict(BaseModel):

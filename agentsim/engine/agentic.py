@@ -111,7 +111,7 @@ class AgenticWiring:
         if ref.name not in ADMISSION_FILTERS:
             raise InputError(ADMISSION_FILTERS.unknown_message(ref.name), "scenario", "cache.admission.name")
         try:
-            params = ADMISSION_FILTERS.validate_params(ref.name, ref.params)
+            ADMISSION_FILTERS.validate_params(ref.name, ref.params)
         except Exception as exc:
             raise InputError(f"bad parameters for admission filter {ref.name!r}: {exc}", "scenario",
                              "cache.admission.params") from None
@@ -119,7 +119,7 @@ class AgenticWiring:
             if getattr(inst.cache, "tiers", None) is not None:
                 raise InputError("cache.admission filters apply to the HBM-only cache; this scenario enables "
                                  "cache.tiers (not supported yet)", "scenario", "cache.admission")
-            inst.cache.admission = ADMISSION_FILTERS.get(ref.name)(params)
+            inst.cache.admission = ADMISSION_FILTERS.create(ref.name, ref.params)
 
     # --- events ---------------------------------------------------------------------------------
     def poke(self, instance_id: int) -> None:

@@ -107,7 +107,6 @@ class Simulation:
         self.request_records = RecordBuffer(RequestRecord)
         self.occupancy = RecordBuffer(OccupancySample)
         policy_ref = scenario.cache.eviction
-        policy_cls = EVICTION_POLICIES.get(policy_ref.name)
         self.instances = []
         # Memory hierarchy below HBM (tiers, links, topology): only when the scenario enables it,
         # so HBM-only runs keep the single-tier cache and its speed.
@@ -119,8 +118,8 @@ class Simulation:
                 cache = self.hierarchy.make_cache(index, self.capacity_blocks)
                 extra = self.hierarchy.instance_kwargs(index)
             else:
-                params = EVICTION_POLICIES.validate_params(policy_ref.name, policy_ref.params)
-                cache = RadixCache(self.capacity_blocks, policy_cls(params), name="hbm")
+                cache = RadixCache(self.capacity_blocks, EVICTION_POLICIES.create(policy_ref.name, policy_ref.params),
+                                   name="hbm")
             self.instances.append(ServingInstance(
                 self.env, index, cache, self.cost, self.block_tokens,
                 scenario.serving.max_batch_requests, scenario.serving.prefill_chunk_tokens,

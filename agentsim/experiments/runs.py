@@ -65,7 +65,8 @@ def execute_run(task: RunTask) -> RunOutcome:
     """Run one task; never raises (a failure becomes an outcome with ``error``)."""
     started = time.perf_counter()
     try:
-        from agentsim.config.loader import scenario_from_dict, scenario_to_yaml
+        from agentsim.config.loader import scenario_to_yaml
+        from agentsim.engine.loading import scenario_from_dict
         from agentsim.engine.simulation import run_scenario
 
         scenario = scenario_from_dict(task.scenario_data, source=f"cell {task.cell_id}")

@@ -40,7 +40,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agentsim.config.loader import format_path, read_yaml, validation_error_to_input_error
+from agentsim.config.loader import read_yaml, validation_error_to_input_error
+from agentsim.config.yaml_paths import locate
 from agentsim.errors import InputError
 
 DEFAULT_METRICS = ["hit_ratio", "ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "sla_attainment",
@@ -173,13 +174,7 @@ class LoadedSweep:
 
     def location(self, *path) -> str:
         """``line N: a.b`` for a path in the sweep file (for error messages)."""
-        probe = tuple(path)
-        line = None
-        while probe and line is None:
-            line = self.lines.get(probe)
-            probe = probe[:-1]
-        text = format_path(tuple(path))
-        return f"line {line}: {text}" if line else text
+        return locate(self.lines, tuple(path))
 
 
 def load_sweep(path: str | Path) -> LoadedSweep:

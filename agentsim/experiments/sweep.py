@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from agentsim.config.loader import apply_overrides, scenario_from_dict
+from agentsim.config.loader import apply_overrides
+from agentsim.engine.loading import scenario_from_dict
 from agentsim.config.units import UnitError, parse_bandwidth, parse_bytes, parse_duration, parse_flops
 from agentsim.errors import InputError, closest_name
 from agentsim.experiments.runs import RunOutcome, RunTask, scenario_key

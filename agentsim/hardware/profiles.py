@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import resources
 
-from agentsim.config.yaml_text import safe_load
+from agentsim.yaml_text import safe_load
 
 
 @lru_cache(maxsize=None)

@@ -13,6 +13,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from agentsim.metrics.catalogue import computed_metrics
+
 PERCENTILES = {"p50": 50, "p90": 90, "p99": 99, "p999": 99.9}
 
 GAP_BUCKETS = [(0, 1, "lt_1s"), (1, 10, "1_10s"), (10, 60, "10_60s"), (60, 300, "1_5min"),
@@ -64,4 +66,5 @@ def summarize_requests(requests: pd.DataFrame, warmup_s: float) -> dict:
     }
     summary.update(latency_summary(done))
     summary["recomputed_tokens_by_gap"] = recompute_by_gap(done)
+    summary.update(computed_metrics(done))  # metrics registered with a compute function
     return summary

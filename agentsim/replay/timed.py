@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentsim.cache.policies import EVICTION_POLICIES
-from agentsim.config.loader import apply_overrides, load_scenario, scenario_from_dict
+from agentsim.cache.registries import EVICTION_POLICIES
+from agentsim.config.loader import apply_overrides
+from agentsim.engine.loading import load_scenario, scenario_from_dict
 from agentsim.engine.simulation import Simulation
 from agentsim.engine.trace_driver import TraceDriver
 from agentsim.errors import InputError

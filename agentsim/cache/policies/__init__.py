@@ -1,8 +1,10 @@
-"""Registered eviction policies. Importing this package registers every built-in policy."""
+"""Registered eviction policies. Importing this package registers every built-in policy.
 
-from agentsim.registry import Registry
+The registries themselves live in :mod:`agentsim.cache.registries` (a policy module imports
+them from there, not from this package); they are re-exported here for callers.
+"""
 
-EVICTION_POLICIES: Registry = Registry("eviction policy")
+from agentsim.cache.registries import ADMISSION_FILTERS, EVICTION_POLICIES  # noqa: F401
 
 # Each module registers itself; keep one import per policy module.
 from agentsim.cache.policies import lru  # noqa: E402,F401
@@ -26,4 +28,4 @@ from agentsim.cache.policies import kvflow  # noqa: E402,F401
 from agentsim.cache.policies import belady_oracle  # noqa: E402,F401
 from agentsim.cache.policies import admission  # noqa: E402,F401  (A1 filters: ADMISSION_FILTERS)
 
-__all__ = ["EVICTION_POLICIES"]
+__all__ = ["ADMISSION_FILTERS", "EVICTION_POLICIES"]

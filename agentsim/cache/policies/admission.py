@@ -23,9 +23,7 @@ from collections import OrderedDict
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentsim.cache.policies._sketch import FrequencySketch
-from agentsim.registry import Registry
-
-ADMISSION_FILTERS: Registry = Registry("admission filter")
+from agentsim.cache.registries import ADMISSION_FILTERS
 
 
 class AdmissionFilter:

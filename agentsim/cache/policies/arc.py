@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.registries import EVICTION_POLICIES
 from agentsim.cache.policies._queues import Ghost, Queue, QueuePolicy, split_by_membership
 
 

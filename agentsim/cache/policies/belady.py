@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 from typing import Sequence
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.registries import EVICTION_POLICIES
 from agentsim.cache.policies._next_use import build_index
 from agentsim.cache.policy import KeyedLeafPolicy
 

@@ -38,7 +38,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.registries import EVICTION_POLICIES
 from agentsim.cache.policies.kvflow import KVFlow, _node
 
 NEVER = math.inf

@@ -34,7 +34,7 @@ from collections import deque
 
 from pydantic import Field
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.registries import EVICTION_POLICIES
 from agentsim.cache.policies.ttl_pin import PinWrapper, PinWrapperParams
 
 

@@ -6,7 +6,7 @@ SGLang's ``fifo`` strategy is the ``leaf_only`` mode (oldest evictable leaf by c
 
 from __future__ import annotations
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.registries import EVICTION_POLICIES
 from agentsim.cache.policies._queues import Queue, QueuePolicy
 
 

@@ -41,7 +41,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.registries import EVICTION_POLICIES
 from agentsim.cache.policy import KeyedLeafPolicy
 from agentsim.cache.policies.ttl_pin import PinWrapper, PinWrapperParams, _node
 

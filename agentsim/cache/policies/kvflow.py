@@ -37,7 +37,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.registries import EVICTION_POLICIES
 from agentsim.cache.policy import EvictionPolicy
 
 

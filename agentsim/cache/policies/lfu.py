@@ -9,7 +9,7 @@ so the order stays prefix-monotone. With all counts equal it is exactly ``lru``.
 
 from __future__ import annotations
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.registries import EVICTION_POLICIES
 from agentsim.cache.policy import KeyedLeafPolicy
 
 

@@ -7,7 +7,7 @@ ties broken deepest first, then by creation order.
 
 from __future__ import annotations
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.registries import EVICTION_POLICIES
 from agentsim.cache.policy import KeyedLeafPolicy
 
 

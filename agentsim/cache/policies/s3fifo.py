@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.registries import EVICTION_POLICIES
 from agentsim.cache.policies._queues import (Ghost, Queue, QueueParams, QueuePolicy, split_by_membership)
 
 

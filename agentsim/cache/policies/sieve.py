@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from sortedcontainers import SortedList
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.registries import EVICTION_POLICIES
 from agentsim.cache.policies._queues import Queue, QueuePolicy
 
 # A run's queue position as one int, ``seq << 32 | (_START_MASK - start_block)``: the order of

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.registries import EVICTION_POLICIES
 from agentsim.cache.policy import EvictionPolicy, KeyedLeafPolicy
 
 
@@ -48,9 +48,8 @@ class _Delegate(EvictionPolicy):
     def __init__(self, params=None):
         super().__init__(params)
         p = self.params
-        base_cls = EVICTION_POLICIES.get(p.base)
-        self.base = base_cls(EVICTION_POLICIES.validate_params(p.base, p.base_params))
-        self.merge_runs = base_cls.merge_runs
+        self.base = EVICTION_POLICIES.create(p.base, p.base_params)
+        self.merge_runs = type(self.base).merge_runs
         self.allows_orphans = self.base.allows_orphans
         # Hooks the wrapper class does not override are the base's own bound methods: the
         # cache calls them directly (no forwarding frame) and sees the base's no-ops as such.

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.registries import EVICTION_POLICIES
 from agentsim.cache.policies.ttl_expiry import _Delegate
 
 WRAPPERS = ("ttl_expiry", "ttl_5m", "ttl_1h", "ttl_pin", "continuum", "infercept", "kvflow")

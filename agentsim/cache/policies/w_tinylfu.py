@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.registries import EVICTION_POLICIES
 from agentsim.cache.policies._queues import Queue, QueueParams, QueuePolicy
 from agentsim.cache.policies._sketch import FrequencySketch
 

@@ -4,17 +4,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from agentsim.config.yaml_paths import locate
 from agentsim.errors import InputError, did_you_mean
-
-
-def _loc(lines: dict, path: tuple) -> str:
-    text = ".".join(str(p) for p in path)
-    probe = path
-    while probe:
-        if probe in lines:
-            return f"line {lines[probe]}: {text}"
-        probe = probe[:-1]
-    return text
 
 
 def check_registered(registry, name, params, name_path: tuple, params_path: tuple, source: str, lines: dict) -> None:
@@ -22,7 +13,7 @@ def check_registered(registry, name, params, name_path: tuple, params_path: tupl
     the message names the YAML line and path, and suggests the closest known parameter for an
     unknown one."""
     if name not in registry:
-        raise InputError(registry.unknown_message(name), source, _loc(lines, name_path))
+        raise InputError(registry.unknown_message(name), source, locate(lines, name_path))
     try:
         registry.validate_params(name, params)
     except ValidationError as exc:
@@ -33,9 +24,9 @@ def check_registered(registry, name, params, name_path: tuple, params_path: tupl
             model = registry.params_model(name)
             hint = did_you_mean(sub[-1], model.model_fields, cutoff=0.5) if model else ""
             message = f"unknown parameter {sub[-1]!r} for {registry.kind} {name!r}{hint}"
-        raise InputError(message, source, _loc(lines, params_path + sub)) from None
+        raise InputError(message, source, locate(lines, params_path + sub)) from None
     except ValueError as exc:
-        raise InputError(str(exc), source, _loc(lines, params_path)) from None
+        raise InputError(str(exc), source, locate(lines, params_path)) from None
 
 
 def check_policy_ref(ref, path: tuple, source: str, lines: dict) -> None:
@@ -75,14 +66,8 @@ def check_components(scenario, source: str, lines: dict) -> None:
 
         problem = tiers_config_problem(scenario)
         if problem is not None:
-            from agentsim.config.loader import format_path
-
             message, path = problem
-            probe = path
-            while probe and probe not in lines:
-                probe = probe[:-1]
-            where = f"line {lines[probe]}: {format_path(path)}" if probe else format_path(path)
-            raise InputError(message, source, where)
+            raise InputError(message, source, locate(lines, path))
     serving = scenario.serving
     check_registered(ROUTERS, serving.router, serving.router_params, ("serving", "router"),
                      ("serving", "router_params"), source, lines)
@@ -100,10 +85,10 @@ def check_no_orphans_in_tiers(scenario, source: str, lines: dict) -> None:
         if tier is not None:
             refs.append((tier.eviction, ("cache", "tiers", name, "eviction")))
     for ref, path in refs:
-        policy = EVICTION_POLICIES.get(ref.name)(EVICTION_POLICIES.validate_params(ref.name, ref.params))
+        policy = EVICTION_POLICIES.create(ref.name, ref.params)
         if policy.allows_orphans:
             raise InputError(
                 f"policy {ref.name!r} in tree_mode 'flat' evicts runs whose descendants stay resident, "
                 "which a tiered cache does not model (each tier keeps its copies prefix-closed); "
                 "set params: {tree_mode: leaf_only} (or cascade) for this tier",
-                source, _loc(lines, path))
+                source, locate(lines, path))

@@ -1,0 +1,142 @@
+"""The scenario's distribution specs: a ``dist`` name and that family's parameters.
+
+Pydantic models only (validated at load time); :mod:`agentsim.workload.distributions` turns a
+spec into a seeded sampler. They live in ``config/`` because the scenario models hold them and
+``config/`` imports nothing above it.
+
+A scenario writes a distribution as a mapping, e.g. ``{dist: lognormal, median: 9, sigma: 1.6}``;
+a bare number means a constant. Families: constant, exponential, lognormal, gamma, weibull,
+loglogistic, pareto, uniform, empirical (sample from given values), mixture (weighted
+components), fit (a reference ``FILE.yaml#quantity`` to a distribution fitted by ``agentsim fit``).
+All families accept ``min``/``max`` clipping and ``round`` (to integers, for token counts).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    min: float | None = Field(None, description="clip samples below this value")
+    max: float | None = Field(None, description="clip samples above this value")
+    round: bool = Field(False, description="round samples to integers")
+
+    @model_validator(mode="after")
+    def _check_bounds(self):
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
+        return self
+
+
+class Constant(_Spec):
+    dist: Literal["constant"] = "constant"
+    value: float
+
+
+class Exponential(_Spec):
+    dist: Literal["exponential"]
+    mean: float = Field(gt=0)
+    loc: float = 0.0
+
+
+class LogNormal(_Spec):
+    """Lognormal given by its ``median`` (= exp(mu)) and the log-space ``sigma``."""
+
+    dist: Literal["lognormal"]
+    median: float = Field(gt=0)
+    sigma: float = Field(gt=0)
+    loc: float = 0.0
+
+
+class Gamma(_Spec):
+    dist: Literal["gamma"]
+    shape: float = Field(gt=0)
+    scale: float = Field(gt=0)
+    loc: float = 0.0
+
+
+class Weibull(_Spec):
+    dist: Literal["weibull"]
+    shape: float = Field(gt=0)
+    scale: float = Field(gt=0)
+    loc: float = 0.0
+
+
+class LogLogistic(_Spec):
+    dist: Literal["loglogistic"]
+    shape: float = Field(gt=0)
+    scale: float = Field(gt=0)
+    loc: float = 0.0
+
+
+class Pareto(_Spec):
+    dist: Literal["pareto"]
+    shape: float = Field(gt=0)
+    scale: float = Field(gt=0)
+    loc: float = 0.0
+
+
+class Uniform(_Spec):
+    dist: Literal["uniform"]
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) is below low ({self.low})")
+        return self
+
+
+class Empirical(_Spec):
+    """Resample uniformly from observed ``values``."""
+
+    dist: Literal["empirical"]
+    values: list[float] = Field(min_length=1)
+
+
+class MixtureComponent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    weight: float = Field(gt=0)
+    spec: "DistributionSpec"
+
+
+class Mixture(_Spec):
+    dist: Literal["mixture"]
+    components: list[MixtureComponent] = Field(min_length=1)
+
+
+class FitReference(_Spec):
+    """``fit: fits/claude-code.yaml#tool_gap``: the distribution chosen by ``agentsim fit``.
+
+    The path is resolved relative to the scenario file when the scenario is loaded
+    (:func:`agentsim.engine.loading.load_scenario`), which replaces this node by the fitted spec.
+    """
+
+    dist: Literal["fit"] = "fit"
+    fit: str
+
+
+_Families = Union[Constant, Exponential, LogNormal, Gamma, Weibull, LogLogistic, Pareto, Uniform, Empirical, Mixture, FitReference]
+
+
+def _coerce(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return {"dist": "constant", "value": value}
+    if isinstance(value, dict) and "dist" not in value:
+        if "fit" in value:
+            return {"dist": "fit", **value}
+        if "value" in value:
+            return {"dist": "constant", **value}
+    return value
+
+
+from pydantic import BeforeValidator  # noqa: E402
+
+DistributionSpec = Annotated[_Families, BeforeValidator(_coerce), Field(discriminator="dist")]
+MixtureComponent.model_rebuild()
+Mixture.model_rebuild()

@@ -1,0 +1,147 @@
+"""One catalogue of run-level metric names, labels and units, read by every place that shows them.
+
+The CLI summary table (:func:`agentsim.commands.common.summary_table`), the HTML report
+(:mod:`agentsim.report`: its summary table and the sweep's key metrics) and the figures
+(:func:`agentsim.plots.label`) all look metrics up here, so a metric's label is written once.
+
+A :class:`Metric` is a ``summary.json`` key (or a request-table column) with its readable label
+and unit; ``axis_label`` is the longer wording a figure's axis uses where the table label would
+be ambiguous (e.g. a timed run's token hit ratio next to a replay's block hit ratio). A metric
+may carry ``compute``, a function of the measured, finished requests (a DataFrame of
+:class:`~agentsim.metrics.records.RequestRecord` rows): :func:`computed_metrics` evaluates every
+such metric for the run summary, so a new request-level metric is one :func:`register` call
+(see docs/design.md, "Where does X go").
+
+Order matters: the CLI and report tables list metrics in registration order within their table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+import pandas as pd
+
+#: Where a metric is listed: the main summary table, the memory-hierarchy rows, or neither.
+Table = Literal["summary", "hierarchy"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A run-level metric: ``key`` in ``summary.json``, its label and unit (``"s"``, ``"tokens"``,
+    ``"blocks"``, ``"bytes"``, ``"fraction"``, ``"USD"``, ``"count"`` or ``""`` for labels)."""
+
+    key: str
+    label: str
+    unit: str
+    table: Table | None = None
+    key_metric: bool = False          # compared across a sweep's cells in the report
+    axis_label: str | None = None     # a figure's axis label, where it differs from ``label``
+    compute: Callable[[pd.DataFrame], Any] | None = None
+
+
+#: Every metric by key, in registration order.
+CATALOGUE: dict[str, Metric] = {}
+#: The report's key metrics, in the order its sweep table shows them (built-ins first, then
+#: registered metrics with ``key_metric=True``).
+KEY_METRICS: list[str] = []
+
+
+def register(metric: Metric) -> Metric:
+    """Add ``metric`` (its key must be new); returns it."""
+    if metric.key in CATALOGUE:
+        raise ValueError(f"metric {metric.key!r} registered twice")
+    CATALOGUE[metric.key] = metric
+    if metric.key_metric:
+        KEY_METRICS.append(metric.key)
+    return metric
+
+
+def unregister(key: str) -> None:
+    """Remove a metric (for tests that register a throw-away one)."""
+    CATALOGUE.pop(key, None)
+    if key in KEY_METRICS:
+        KEY_METRICS.remove(key)
+
+
+def table_rows(table: Table) -> list[tuple[str, str]]:
+    """(key, label) of every metric listed in ``table``, in registration order."""
+    return [(m.key, m.label) for m in CATALOGUE.values() if m.table == table]
+
+
+def axis_label(key: str) -> str | None:
+    """A figure's label for ``key``: its ``axis_label``, else None (the caller falls back)."""
+    metric = CATALOGUE.get(key)
+    return metric.axis_label if metric is not None else None
+
+
+def computed_metrics(done: pd.DataFrame) -> dict[str, Any]:
+    """Every metric that has a ``compute`` function, evaluated on the finished requests."""
+    return {m.key: m.compute(done) for m in CATALOGUE.values() if m.compute is not None}
+
+
+#: Eviction reasons in the order figures and tables list them (a record's ``reason`` field).
+EVICTION_REASONS = ("capacity", "ttl_expiry", "pin_timeout", "pressure_unpin", "mutation", "admission")
+
+
+def _builtin(key: str, label: str, unit: str, table: Table | None = "summary", axis: str | None = None) -> None:
+    register(Metric(key, label, unit, table=table, axis_label=axis))
+
+
+# The main summary table (CLI and report), in display order.
+_builtin("requests", "requests", "count")
+_builtin("sessions", "sessions", "count")
+_builtin("hit_ratio", "hit ratio (tokens)", "fraction", axis="hit ratio (tokens, timed run)")
+_builtin("recomputed_tokens", "recomputed tokens", "tokens")
+_builtin("ttft_p50_s", "TTFT p50 (s)", "s")
+_builtin("ttft_p90_s", "TTFT p90 (s)", "s")
+_builtin("ttft_p99_s", "TTFT p99 (s)", "s", axis="TTFT p99 (s)")
+_builtin("ttft_p999_s", "TTFT p99.9 (s)", "s", axis="TTFT p99.9 (s)")
+_builtin("ttft_max_s", "TTFT max (s)", "s")
+_builtin("tpot_p50_s", "TPOT p50 (s)", "s")
+_builtin("tpot_p99_s", "TPOT p99 (s)", "s")
+_builtin("e2e_p99_s", "E2E p99 (s)", "s")
+_builtin("sla_attainment", "SLA attainment", "fraction", axis="SLA attainment (fraction of requests)")
+_builtin("evicted_blocks", "evicted blocks", "blocks")
+_builtin("gpu_busy_fraction", "GPU busy fraction", "fraction")
+_builtin("simulated_s", "simulated (s)", "s")
+_builtin("wall_s", "wall (s)", "s")
+# Diagnostics (agentsim/engine/diagnostics.py): why the cache result is what it is.
+_builtin("regime", "regime", "")
+_builtin("characteristic_eviction_time_s", "T_C: median idle age at eviction (s)", "s")
+_builtin("ttl_s", "policy TTL (s)", "s")
+_builtin("ttl_expirations_blocks", "TTL expirations (blocks)", "blocks")
+_builtin("pins_created", "TTL-pins created", "count")
+_builtin("pins_honored", "TTL-pins honoured", "count")
+_builtin("pins_timed_out", "TTL-pins timed out", "count")
+_builtin("pins_broken_by_pressure", "TTL-pins broken by pressure", "count")
+_builtin("belady_replay_hit_ratio", "Belady hit ratio (replay, blocks)", "fraction",
+         axis="Belady hit ratio (blocks, replay)")
+_builtin("policy_replay_hit_ratio", "policy hit ratio (replay, blocks)", "fraction",
+         axis="hit ratio (blocks, cache-only replay of the run's stream)")
+_builtin("belady_headroom", "Belady headroom", "fraction")
+# Memory-hierarchy rows (present when cache.tiers is enabled): TTFT = queue + load + prefill.
+_builtin("ttft_queue_wait_mean_s", "TTFT queue mean (s)", "s", table="hierarchy")
+_builtin("ttft_load_wait_mean_s", "TTFT load mean (s)", "s", table="hierarchy")
+_builtin("ttft_prefill_mean_s", "TTFT prefill mean (s)", "s", table="hierarchy")
+_builtin("ttft_load_wait_p99_s", "TTFT load p99 (s)", "s", table="hierarchy")
+# Economics and request-table columns shown on figures' axes.
+_builtin("cost_per_million_tokens_usd", "cost per million tokens (USD)", "USD", table=None,
+         axis="GPU cost per million tokens (USD)")
+_builtin("provider_bill_usd", "provider bill (USD)", "USD", table=None, axis="provider-style bill (USD)")
+_builtin("ttft_s", "time to first token (s)", "s", table=None, axis="time to first token (s)")
+_builtin("e2e_s", "end-to-end latency (s)", "s", table=None, axis="end-to-end latency (s)")
+_builtin("tpot_s", "time per output token (s)", "s", table=None, axis="time per output token (s)")
+_builtin("queue_wait_s", "queue wait (s)", "s", table=None, axis="queue wait (s)")
+_builtin("kv_capacity_bytes", "HBM KV capacity", "bytes", table=None, axis="HBM KV capacity (GB)")
+
+# The report's key metrics (compared across a sweep's cells), in its table's order.
+for _key in ("hit_ratio", "ttft_p50_s", "ttft_p99_s", "ttft_p999_s", "e2e_p99_s", "tpot_p99_s", "sla_attainment",
+             "recomputed_tokens", "cost_per_million_tokens_usd", "provider_bill_usd", "belady_replay_hit_ratio",
+             "policy_replay_hit_ratio", "belady_headroom", "characteristic_eviction_time_s"):
+    CATALOGUE[_key] = Metric(**{**CATALOGUE[_key].__dict__, "key_metric": True})
+    KEY_METRICS.append(_key)
+del _key
+
+__all__ = ["CATALOGUE", "EVICTION_REASONS", "KEY_METRICS", "Metric", "axis_label", "computed_metrics", "register",
+           "table_rows", "unregister"]
