@@ -8,7 +8,7 @@ import simpy
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.radix import RadixCache
 from agentsim.cluster.costmodel import RooflineCostModel
-from agentsim.cluster.instance import ServingInstance
+from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.request import LLMRequest
 
 COST = RooflineCostModel(active_params=37e9, total_params=671e9, bytes_per_param=1.0, attn_coeff=2.5e6,
