@@ -183,7 +183,7 @@ class TieredAdmission(Admission):
                 load_s += self._load_estimate_s(names[k - 1], sizes[k - 1])
                 loaded += sizes[k - 1]
             rest = max(0, min(top, usable) - min(loaded, top))
-            recompute_s = cost.prefill_flops(rest * bt, min(loaded, top) * bt) / cost.flops_per_s
+            recompute_s = cost.prefill_s(rest * bt, min(loaded, top) * bt)
             options.append((load_s, recompute_s))
         k = host.load_rule.choose(options) if sizes else 0
         local_k = min(k, len(segments))

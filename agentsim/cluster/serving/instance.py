@@ -18,13 +18,12 @@ TTFT = queue + load + prefill.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+from typing import Callable, Protocol, Sequence
 
 import simpy
 
 from agentsim.cache.radix import Node, RadixCache
 from agentsim.cache.tiers import TieredCache
-from agentsim.cluster.costmodel import RooflineCostModel
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.serving.admission import PlainAdmission, TieredAdmission
 from agentsim.cluster.serving.batch import Batch, Running
@@ -34,10 +33,29 @@ from agentsim.cluster.serving.prefetch import Prefetcher
 from agentsim.cluster.serving.toolgap import ToolGapMover
 
 
+class StepTimer(Protocol):
+    """What the instance asks of its step timing (the roofline model or measured tables)."""
+
+    kv_bytes_per_token: float
+
+    def iteration_s(self, chunks: Sequence[tuple[int, int]], n_decode: int, decode_context_tokens: float) -> float:
+        """One iteration: ``chunks`` = (new tokens, context tokens before the chunk) per
+        prefilling sequence, plus ``n_decode`` decoding sequences with that summed context."""
+
+    def decode_stretch_s(self, n_decode: int, context_tokens: float, steps: int) -> float:
+        """``steps`` decode-only steps; the context grows by ``n_decode`` tokens a step."""
+
+    def decode_steps_within(self, n_decode: int, context_tokens: float, elapsed_s: float) -> int:
+        """Whole decode steps completed within ``elapsed_s`` (inverse of the above)."""
+
+    def prefill_s(self, new_tokens: float, context_tokens: float) -> float:
+        """Prefill alone (for the load-versus-recompute rule)."""
+
+
 class ServingInstance:
     """One instance; ``on_finish(request)`` is called for every finished or rejected request."""
 
-    def __init__(self, env: simpy.Environment, instance_id: int, cache: RadixCache, cost: RooflineCostModel,
+    def __init__(self, env: simpy.Environment, instance_id: int, cache: RadixCache, cost: StepTimer,
                  block_tokens: int, max_batch_requests: int, prefill_chunk_tokens: int,
                  on_finish: Callable[[LLMRequest], None], check_invariants: bool = False,
                  links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None,
@@ -210,23 +228,23 @@ class ServingInstance:
             decoding.flush()
             self._complete()
 
-    def _prefill_iteration(self, prefilling: list[Running], cost: RooflineCostModel):
+    def _prefill_iteration(self, prefilling: list[Running], cost: StepTimer):
         env = self.env
         decoding = self.batch.decoding
         n_decoding = decoding.count
         budget = self.chunk_tokens - n_decoding
         if not budget > 1:  # max(1, budget)
             budget = 1
-        chunks = []
-        flops = 0.0
+        chunks = []        # (state, new tokens)
+        work = []          # (new tokens, context before the chunk): what the step timer needs
         for state in prefilling:
             if budget <= 0:
                 break
             n = budget if budget < state.prefill_left else state.prefill_left  # min(prefill_left, budget)
             budget -= n
-            flops += cost.prefill_flops(n, state.context_tokens)
             chunks.append((state, n))
-        duration = cost.iteration_s(flops, len(chunks), n_decoding, decoding.context_tokens())
+            work.append((n, state.context_tokens))
+        duration = cost.iteration_s(work, n_decoding, decoding.context_tokens())
         yield env.timeout(duration)
         self.busy_s += duration
         self.iterations += 1
@@ -248,7 +266,7 @@ class ServingInstance:
         if prefill_done:
             self.batch.drop_finished_prefills()
 
-    def _decode_stretch(self, cost: RooflineCostModel):
+    def _decode_stretch(self, cost: StepTimer):
         env = self.env
         # Only decoding requests are left (no prefill is possible now), loads aside.
         decoding = self.batch.decoding
