@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from agentsim.cache.policies import EVICTION_POLICIES
-from agentsim.cluster.instance import ServingInstance
+from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.engine.loading import load_scenario
 from agentsim.engine.simulation import run_scenario
 from agentsim.errors import InvariantViolation

@@ -12,7 +12,7 @@ import simpy
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.tiers import TieredCache, TierSpec
 from agentsim.cluster.costmodel import RooflineCostModel
-from agentsim.cluster.instance import ServingInstance
+from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.links import Link
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.topology import InstanceLinks, load_breakdown
@@ -71,7 +71,7 @@ def test_dram_hit_ttft_lies_between_hbm_hit_and_recompute_and_matches_the_worked
 
 
 def test_never_load_rule_recomputes_a_dram_hit():
-    from agentsim.cluster.instance import NeverLoad
+    from agentsim.cluster.serving.load_rules import NeverLoad
 
     env = simpy.Environment()
     inst, cache = make_instance(env)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-from agentsim.cluster.instance import _DecodingSet, _Running
+from agentsim.cluster.serving.batch import DecodingSet as _DecodingSet, Running as _Running
 
 
 def new_state(seq: int, context: int, output_left: int) -> _Running:

@@ -11,7 +11,7 @@ import simpy
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.tiers import TieredCache, TierSpec
 from agentsim.cluster.costmodel import RooflineCostModel
-from agentsim.cluster.instance import ServingInstance
+from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.links import Link
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.topology import InstanceLinks
@@ -126,7 +126,7 @@ def test_no_prefetch_below_threshold_and_disk_is_then_recomputed():
 
 
 def test_policy_none_loads_disk_hits_on_demand_when_the_load_rule_says_so():
-    from agentsim.cluster.instance import AlwaysLoad
+    from agentsim.cluster.serving.load_rules import AlwaysLoad
 
     # The slow disk (4.6 s) loses to recomputing 32K tokens under the cost model ...
     served, _, inst = scenario_run("none")

@@ -8,7 +8,7 @@ import simpy
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.radix import RadixCache
 from agentsim.cluster.costmodel import RooflineCostModel
-from agentsim.cluster.instance import ServingInstance
+from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.request import LLMRequest
 
 COST = RooflineCostModel(active_params=37e9, total_params=671e9, bytes_per_param=1.0, attn_coeff=2.5e6,
@@ -66,8 +66,7 @@ def test_decode_stretch_matches_per_step_sum():
         inst.submit(r)
     env.run()
     # Recompute by explicit iteration: one prefill iteration (all three chunks), then decode steps.
-    flops = sum(COST.prefill_flops(1000, 0) for _ in reqs)
-    t = COST.iteration_s(flops, 3, 0, 0)
+    t = COST.iteration_s([(1000, 0)] * len(reqs), 0, 0)
     contexts = [1001, 1001, 1001]
     remaining = [r.output_tokens - 1 for r in reqs]
     finish = [math.nan] * 3
@@ -141,3 +140,15 @@ def test_decode_steps_within_inverts_stretch():
             assert COST.decode_steps_within(n, ctx, t) == steps
             if steps:
                 assert COST.decode_steps_within(n, ctx, t - 1e-9) == steps - 1
+
+
+def test_step_timer_adapters_equal_the_flops_form():
+    """The chunk-list interface sums the chunks' FLOPs in order: the same float as before."""
+    chunks = [(1000, 0), (517, 12_345), (3, 99_000)]
+    flops = 0.0
+    for n, ctx in chunks:
+        flops += COST.prefill_flops(n, ctx)
+    assert COST.iteration_s(chunks, 7, 40_000) == COST.flops_iteration_s(flops, 3, 7, 40_000)
+    assert COST.iteration_s([], 7, 40_000) == COST.flops_iteration_s(0.0, 0, 7, 40_000)
+    assert COST.prefill_s(4096, 8192) == COST.prefill_flops(4096, 8192) / COST.flops_per_s
+    assert COST.iteration_s(chunks, 0, 0) > COST.iteration_s(chunks[:1], 0, 0)

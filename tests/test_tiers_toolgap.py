@@ -9,7 +9,7 @@ import simpy
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.tiers import TieredCache, TierSpec
 from agentsim.cluster.costmodel import RooflineCostModel
-from agentsim.cluster.instance import ServingInstance
+from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.links import Link
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.topology import InstanceLinks, load_breakdown

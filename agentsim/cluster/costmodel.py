@@ -52,7 +52,21 @@ class RooflineCostModel:
         touched = active if active < self.total_params else self.total_params  # min(total, active)
         return touched * self.bytes_per_param
 
-    def iteration_s(self, prefill_flops: float, n_prefill_seqs: int, n_decode: int, decode_context_tokens: float) -> float:
+    # --- the step-timer interface the serving instance uses ------------------------------
+    def iteration_s(self, chunks, n_decode: int, decode_context_tokens: float) -> float:
+        """Time of one batch iteration: ``chunks`` is one (new tokens, context tokens before the
+        chunk) pair per prefilling sequence, next to ``n_decode`` decoding sequences holding
+        ``decode_context_tokens`` of context in all."""
+        flops = 0.0
+        for new_tokens, context_tokens in chunks:
+            flops += self.prefill_flops(new_tokens, context_tokens)
+        return self.flops_iteration_s(flops, len(chunks), n_decode, decode_context_tokens)
+
+    def prefill_s(self, new_tokens: float, context_tokens: float) -> float:
+        """Time to prefill ``new_tokens`` after ``context_tokens`` alone (compute bound)."""
+        return self.prefill_flops(new_tokens, context_tokens) / self.flops_per_s
+
+    def flops_iteration_s(self, prefill_flops: float, n_prefill_seqs: int, n_decode: int, decode_context_tokens: float) -> float:
         """Time of one iteration with the given prefill work and decoding sequences."""
         flops = prefill_flops + 2.0 * self.active_params * n_decode + 2.0 * self.attn_coeff * decode_context_tokens
         read = self.weight_bytes(n_prefill_seqs + n_decode) + self.kv_bytes_per_token * decode_context_tokens

@@ -255,7 +255,7 @@ class Hierarchy:
     """
 
     def __init__(self, env: simpy.Environment, scenario):
-        from agentsim.cluster.instance import LOAD_RULES
+        from agentsim.cluster.serving.load_rules import LOAD_RULES
 
         self.env = env
         self.scenario = scenario

@@ -16,7 +16,7 @@ import simpy
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.radix import RadixCache
 from agentsim.cluster.costmodel import RooflineCostModel
-from agentsim.cluster.instance import ServingInstance
+from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.router import make_router
 from agentsim.cluster.topology import Hierarchy, load_breakdown
@@ -50,9 +50,9 @@ class StopRequest:
 
 
 #: What an instance was doing when an invariant broke, by the method it was in.
-_EVENTS = {"_admit": "admission", "_admit_tiered": "admission", "_complete": "request completion",
-           "_finish": "request completion", "_load": "load completion", "_prefill_iteration": "prefill iteration",
-           "_decode_stretch": "decode stretch", "_loop": "scheduling"}
+_EVENTS = {"admit": "admission", "_admit_with_holds": "admission", "_admit_one": "admission",
+           "_complete": "request completion", "_finish": "request completion", "_load": "load completion",
+           "_prefill_iteration": "prefill iteration", "_decode_stretch": "decode stretch", "_loop": "scheduling"}
 
 
 def _locate_violation(exc: BaseException) -> tuple[int | None, str]:
@@ -71,6 +71,8 @@ def _locate_violation(exc: BaseException) -> tuple[int | None, str]:
             frame = tb.tb_frame
             module = frame.f_globals.get("__name__", "")
             owner = frame.f_locals.get("self")
+            # The instance's collaborators (admission, prefetch, ...) reach it as ``host``.
+            owner = getattr(owner, "host", owner)
             if isinstance(owner, ServingInstance):
                 instance = owner.instance_id
                 event = _EVENTS.get(frame.f_code.co_name, frame.f_code.co_name)

@@ -1,0 +1,293 @@
+"""A serving instance: a waiting queue and a continuously batched running set over one KV cache.
+
+Time advances per batch iteration while any request is prefilling (chunked prefill under a token
+budget), and per *change of batch membership* while the batch only decodes: a decode-only stretch
+is timed in closed form up to the next completion and cut short (at a step boundary) only when a
+new request arrives that could join. Nothing is simulated per token per request.
+
+The instance keeps only this batch loop. It is given its collaborators: the batch state
+(:class:`~agentsim.cluster.serving.batch.Batch`), admission
+(:mod:`~agentsim.cluster.serving.admission`: which waiting requests join, what they hit and
+reserve, what they load from lower tiers), the prefetcher
+(:mod:`~agentsim.cluster.serving.prefetch`) and tool-gap movement
+(:mod:`~agentsim.cluster.serving.toolgap`). With a memory hierarchy the request's prefill waits
+for its load (or overlaps it layer by layer, in which case only its first token waits).
+TTFT = queue + load + prefill.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Protocol, Sequence
+
+import simpy
+
+from agentsim.cache.radix import Node, RadixCache
+from agentsim.cache.tiers import TieredCache
+from agentsim.cluster.request import LLMRequest
+from agentsim.cluster.serving.admission import PlainAdmission, TieredAdmission
+from agentsim.cluster.serving.batch import Batch, Running
+from agentsim.cluster.serving.load_rules import CostModelRule, LoadRule
+from agentsim.cluster.serving.movement import load_along_path
+from agentsim.cluster.serving.prefetch import Prefetcher
+from agentsim.cluster.serving.toolgap import ToolGapMover
+
+
+class StepTimer(Protocol):
+    """What the instance asks of its step timing (the roofline model or measured tables)."""
+
+    kv_bytes_per_token: float
+
+    def iteration_s(self, chunks: Sequence[tuple[int, int]], n_decode: int, decode_context_tokens: float) -> float:
+        """One iteration: ``chunks`` = (new tokens, context tokens before the chunk) per
+        prefilling sequence, plus ``n_decode`` decoding sequences with that summed context."""
+
+    def decode_stretch_s(self, n_decode: int, context_tokens: float, steps: int) -> float:
+        """``steps`` decode-only steps; the context grows by ``n_decode`` tokens a step."""
+
+    def decode_steps_within(self, n_decode: int, context_tokens: float, elapsed_s: float) -> int:
+        """Whole decode steps completed within ``elapsed_s`` (inverse of the above)."""
+
+    def prefill_s(self, new_tokens: float, context_tokens: float) -> float:
+        """Prefill alone (for the load-versus-recompute rule)."""
+
+
+class ServingInstance:
+    """One instance; ``on_finish(request)`` is called for every finished or rejected request."""
+
+    def __init__(self, env: simpy.Environment, instance_id: int, cache: RadixCache, cost: StepTimer,
+                 block_tokens: int, max_batch_requests: int, prefill_chunk_tokens: int,
+                 on_finish: Callable[[LLMRequest], None], check_invariants: bool = False,
+                 links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None,
+                 tiers_config=None):
+        self.env = env
+        self.instance_id = instance_id
+        self.cache = cache
+        self.cost = cost
+        self.block_tokens = block_tokens
+        self.max_batch = max_batch_requests
+        self.chunk_tokens = prefill_chunk_tokens
+        self.on_finish = on_finish
+        self.check_invariants = check_invariants
+        self.waiting: deque[LLMRequest] = deque()
+        self.batch = Batch()
+        self.busy_s = 0.0
+        self.iterations = 0
+        self._wakeup = env.event()
+        # Memory hierarchy (None/False for an HBM-only instance: the original fast path).
+        self.tiered = isinstance(cache, TieredCache)
+        self.links = links
+        self.load_rule = load_rule if load_rule is not None else CostModelRule()
+        self.overlap_layers = overlap_layers
+        self.peers = peers or []          # instances of the same NVLink domain (peer-HBM hits)
+        self.loading = 0
+        self.block_bytes = block_tokens * cost.kv_bytes_per_token
+        if self.tiered and links is not None:
+            cache.on_transfer = self._on_cache_transfer
+        #: ``before_unpin(request, deepest_node)``: called at a request's end after COMMIT and
+        #: before UNPIN (set by the engine for tool-start events).
+        self.before_unpin: Callable[[LLMRequest, Node], None] | None = None
+        # Prefetch and tool-gap movement; both off by default.
+        self.prefetcher: Prefetcher | None = None
+        self.tool_gap: ToolGapMover | None = None
+        self.tier_stats = {"prefetches": 0, "prefetch_wanted_blocks": 0, "prefetch_staged_blocks": 0,
+                           "prefetch_served_tokens": 0, "tool_demoted_blocks": 0, "return_prefetches": 0,
+                           "return_prefetched_blocks": 0, "return_prefetch_failed": 0, "return_waits": 0}
+        if self.tiered and tiers_config is not None and links is not None:
+            names = [tier.name for tier in cache.tiers]
+            if tiers_config.prefetch.policy != "none" and len(names) > 2 and names[1] == "dram":
+                self.prefetcher = Prefetcher(self, tiers_config.prefetch)
+            demote = tiers_config.on_tool_call == "demote" and len(names) > 1
+            return_prefetch = bool(tiers_config.prefetch_before_return) and len(names) > 1
+            if demote or return_prefetch:
+                self.tool_gap = ToolGapMover(self, demote, return_prefetch, float(tiers_config.return_lead_s))
+        self.admission = TieredAdmission(self) if self.tiered else PlainAdmission(self)
+        self.process = env.process(self._loop())
+
+    # --- interface for the router ----------------------------------------------------------
+    def submit(self, request: LLMRequest) -> None:
+        request.instance = self.instance_id
+        self.waiting.append(request)
+        if self.prefetcher is not None:
+            self.prefetcher.start(request)
+        if not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    @property
+    def running(self) -> list[Running]:
+        """The batch in admission order."""
+        return self.batch.running
+
+    @property
+    def load(self) -> int:
+        return len(self.waiting) + len(self.batch.running)
+
+    def wake(self) -> None:
+        """Let the batch loop reconsider the waiting requests (a hold may have ended)."""
+        if not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def _admit(self) -> None:
+        """Admit waiting requests while they fit (the admission object decides)."""
+        self.admission.admit()
+
+    # --- memory hierarchy ---------------------------------------------------------------------
+    def _on_cache_transfer(self, src: str, dst: str, n_blocks: int) -> None:
+        """Copies down (demotion, write-through) occupy links; the cache accounted them already."""
+        link = self.links.write_link(src, dst)
+        if link is not None:
+            link.transfer(n_blocks * self.block_bytes)
+
+    def start_load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]]) -> None:
+        """Run an admitted request's load of ``jobs`` ((tier name, blocks)) into HBM."""
+        self.loading += 1
+        self.env.process(self._load(state, deepest, load_blocks, jobs))
+
+    def _load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]]):
+        """Move the chosen blocks up (all sources in parallel; disk/remote stage through DRAM)."""
+        env = self.env
+        procs = [env.process(load_along_path(self.links, name, n_blocks * self.block_bytes)) for name, n_blocks in jobs]
+        yield simpy.AllOf(env, procs)
+        now = env.now
+        if load_blocks:
+            self.cache.finish_load(deepest, load_blocks, now)
+        req = state.req
+        req.loaded_bytes = sum(n for _, n in jobs) * self.block_bytes
+        req.load_done_s = now
+        state.loaded = True
+        self.loading -= 1
+        if state.prefill_left == 0:  # overlapped prefill already finished: first token now
+            req.first_token_s = now
+            state.output_left -= 1
+            state.context_tokens += 1
+            self.batch.decoding.pending.append(state)  # joins after the iteration in progress, if any
+        if self.check_invariants:
+            self.cache.check_invariants()
+        if not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    # --- completion -----------------------------------------------------------------------------
+    def _finish(self, state: Running) -> None:
+        req = state.req
+        now = self.env.now
+        admission = getattr(self.cache, "admission", None)
+        if admission is not None and not admission.caches_decode:
+            # A1 "do not cache decode": only the prompt's blocks stay; the reservation of the
+            # output blocks is returned by the commit.
+            keys = req.prompt_keys[state.cached_blocks:]
+            admission.rejected_blocks += len(req.total_keys) - len(req.prompt_keys)
+        else:
+            keys = req.total_keys[state.cached_blocks:]
+        node = self.cache.commit(state.node, keys, state.cached_blocks, state.reserved_blocks, now)
+        if self.before_unpin is not None:
+            # Agentic policies (TTL-pin, InferCept, KVFlow) see the paused agent's deepest node
+            # while the request still pins it, so a TTL-pin can take over without a gap.
+            # A tiered cache's HBM policy works on per-tier entries, not tree nodes.
+            self.before_unpin(req, node.entries[0] if self.tiered else node)
+        self.cache.unpin(node)
+        if self.tool_gap is not None:
+            self.tool_gap.on_request_end(req, node)
+        req.finish_s = now
+        self.on_finish(req)
+
+    def _complete(self) -> None:
+        """Finish the requests with no output left, in admission order."""
+        decoding = self.batch.decoding
+        if decoding.finish_heap and decoding.min_output_left() <= 0:
+            for state in self.batch.pop_finished():
+                self._finish(state)
+        if self.check_invariants:
+            self.cache.check_invariants()
+
+    # --- the batch loop -------------------------------------------------------------------------
+    def _loop(self):
+        env = self.env
+        cost = self.cost
+        batch = self.batch
+        decoding = batch.decoding
+        while True:
+            self._admit()
+            decoding.flush()
+            # Arrivals so far have been considered; only later ones should wake us.
+            if self._wakeup.triggered:
+                self._wakeup = env.event()
+            if not batch.running:
+                yield self._wakeup
+                continue
+            if self.loading:
+                prefilling = batch.prefilling if self.overlap_layers else [s for s in batch.prefilling if s.loaded]
+                if not prefilling and not decoding.count:
+                    yield self._wakeup  # everything waits on loads
+                    continue
+            else:
+                prefilling = batch.prefilling
+            if prefilling:
+                yield from self._prefill_iteration(prefilling, cost)
+            else:
+                yield from self._decode_stretch(cost)
+            decoding.flush()
+            self._complete()
+
+    def _prefill_iteration(self, prefilling: list[Running], cost: StepTimer):
+        env = self.env
+        decoding = self.batch.decoding
+        n_decoding = decoding.count
+        budget = self.chunk_tokens - n_decoding
+        if not budget > 1:  # max(1, budget)
+            budget = 1
+        chunks = []        # (state, new tokens)
+        work = []          # (new tokens, context before the chunk): what the step timer needs
+        for state in prefilling:
+            if budget <= 0:
+                break
+            n = budget if budget < state.prefill_left else state.prefill_left  # min(prefill_left, budget)
+            budget -= n
+            chunks.append((state, n))
+            work.append((n, state.context_tokens))
+        duration = cost.iteration_s(work, n_decoding, decoding.context_tokens())
+        yield env.timeout(duration)
+        self.busy_s += duration
+        self.iterations += 1
+        now = env.now
+        decoding.clock += 1  # the decoding requests' step; those finishing prefill now join after it
+        prefill_done = False
+        for state, n in chunks:
+            state.prefill_left -= n
+            state.req.prefilled_tokens += n
+            state.context_tokens += n
+            if state.prefill_left == 0:
+                prefill_done = True
+                state.prefill_done_s = now
+                if state.loaded:
+                    state.req.first_token_s = now
+                    state.output_left -= 1
+                    state.context_tokens += 1
+                    decoding.add(state)
+        if prefill_done:
+            self.batch.drop_finished_prefills()
+
+    def _decode_stretch(self, cost: StepTimer):
+        env = self.env
+        # Only decoding requests are left (no prefill is possible now), loads aside.
+        decoding = self.batch.decoding
+        n = decoding.count
+        context = decoding.context_tokens()
+        steps = decoding.min_output_left()
+        start = env.now
+        full_s = cost.decode_stretch_s(n, context, steps)
+        timeout = env.timeout(full_s)
+        if len(self.batch.running) < self.max_batch or self.loading:
+            result = yield timeout | self._wakeup
+            if timeout not in result:
+                # A request arrived: finish the step in progress, then let it join.
+                done = cost.decode_steps_within(n, context, env.now - start)
+                if done + 1 < steps:  # steps = min(steps, done + 1)
+                    steps = done + 1
+                end = start + cost.decode_stretch_s(n, context, steps)
+                if end > env.now:
+                    yield env.timeout(end - env.now)
+        else:
+            yield timeout
+        self.busy_s += env.now - start
+        self.iterations += steps
+        decoding.clock += steps

@@ -1,0 +1,33 @@
+"""Helpers shared by admission and tool-gap movement to move KV up a memory hierarchy."""
+
+from __future__ import annotations
+
+from agentsim.cache.tiers import TieredCache
+
+
+def below_hbm_segments(cache: TieredCache, start, deepest) -> list[tuple[int, int, object]]:
+    """Below-HBM nodes from ``start`` (exclusive) to ``deepest`` grouped into runs of equal
+    source tier: [(tier, blocks, last node)]; stops at a node another load is bringing in."""
+    path = []
+    node = deepest
+    while node is not start and node.parent is not None:
+        path.append(node)
+        node = node.parent
+    segments: list[list] = []
+    for node in reversed(path):
+        if node.loading:
+            break
+        src = cache.source_tier(node)
+        if segments and segments[-1][0] == src:
+            segments[-1][1] += len(node.keys)
+            segments[-1][2] = node
+        else:
+            segments.append([src, len(node.keys), node])
+    return [tuple(seg) for seg in segments]
+
+
+def load_along_path(links, tier_name: str, size_bytes: float):
+    """SimPy process body: move ``size_bytes`` from ``tier_name`` to HBM over each link in turn
+    (disk and remote stage through DRAM)."""
+    for link in links.load_path(tier_name):
+        yield link.transfer(size_bytes)
