@@ -165,6 +165,8 @@ _scenario_case("scenario-unknown-policy-param", "  eviction: lru\n",
                ["cache.eviction.params.protected_fractoin", "did you mean 'protected_fraction'"])
 _scenario_case("scenario-unknown-router", "router: least_loaded", "router: least_load",
                ["serving.router", "'least_load'"])
+_scenario_case("scenario-retired-router", "router: least_loaded", "router: prefix_affinity",
+               ["serving.router", "retired into 'kv_aware'"])
 _scenario_case("scenario-unknown-load-rule", "load_rule: cost_model", "load_rule: cheapest",
                ["cache.tiers.load_rule", "'cheapest'"])
 _scenario_case("scenario-unknown-distribution", "human_gap_s: {dist: exponential, mean: 30}",

@@ -18,7 +18,7 @@ from tests.conftest import ROOT
 
 TIERED = ROOT / "scenarios" / "gb300-nvl72-tiers.yaml"
 # Shrink the rack scenario: 3 instances, a few agents, a few minutes (tiers, links and the
-# prefix-affinity router all stay in play).
+# default KV-aware router all stay in play).
 TIERED_SMALL = ["duration_s=3m", "hardware.instances=3", "workload.agent_classes.coding.arrival.concurrent=24",
                 "workload.agent_classes.coding.arrival.ramp_s=20s", "run.check_invariants=true"]
 
@@ -47,7 +47,7 @@ def _assert_identical(a: Path, b: Path) -> None:
 
 
 # Other policies, routers and several instances on the small scenario.
-ZOO = ["run.check_invariants=true", "hardware.instances=2", "serving.router=prefix_affinity",
+ZOO = ["run.check_invariants=true", "hardware.instances=2", "serving.router=cache_aware",
        "cache.eviction.name=s3fifo", "hardware.kv_capacity_bytes=2GB", "duration_s=2m"]
 
 

@@ -1,70 +1,343 @@
-"""Routers: the prefix-affinity choice (with its load-bound early stop) equals a full scan."""
+"""Routers: choices on hand-built cluster states, the KV indexer's overlap against a per-block
+definition, KV events reaching the router's view after their delay, and the retired name."""
 
 from __future__ import annotations
 
+import math
 import random
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
+import simpy
 
-from agentsim.cluster.router import AffinityParams, LeastLoaded, PrefixAffinity, RoundRobin
+from agentsim.cache.policies.lru import LRU
+from agentsim.cache.radix import RadixCache
+from agentsim.cluster.kv_events import KvEventChannel
+from agentsim.cluster.routers import ROUTERS, StickySessions
+from agentsim.cluster.routers.cache_aware import CacheAware, CacheAwareParams
+from agentsim.cluster.routers.kv_aware import KvAware, KvAwareParams
+from agentsim.cluster.routers.kv_indexer import KvIndexer
+from agentsim.cluster.routers.least_loaded import LeastLoaded
+from agentsim.cluster.routers.round_robin import RoundRobin
+from agentsim.cluster.routers.session_affinity import SessionAffinity, SessionAffinityParams
 
 BLOCK_TOKENS = 64
+NAN = float("nan")
 
 
-class FakeTieredCache:
-    def __init__(self, hbm_blocks: int, any_blocks: int):
-        self.answer = (hbm_blocks, any_blocks)
-        self.peeks = 0
+class FakeInstance:
+    """What a router may touch on an instance: its id, block size, batch cap, and submit()."""
 
-    def peek(self, keys):
-        self.peeks += 1
-        return self.answer
+    def __init__(self, instance_id: int, max_batch: int = 64):
+        self.instance_id = instance_id
+        self.block_tokens = BLOCK_TOKENS
+        self.max_batch = max_batch
+        self.received: list = []
 
+    def submit(self, request) -> None:
+        request.instance = self.instance_id
+        self.received.append(request)
 
-def fake_instance(instance_id: int, load: int, hbm_blocks: int, any_blocks: int):
-    return SimpleNamespace(instance_id=instance_id, load=load, tiered=True, block_tokens=BLOCK_TOKENS,
-                           cache=FakeTieredCache(hbm_blocks, any_blocks))
-
-
-def full_scan(instances, request, params: AffinityParams):
-    """The definition: least (prompt - cached + penalty * load, load, id) over every instance."""
-    def rank(inst):
-        hbm, any_ = inst.cache.answer
-        cached = BLOCK_TOKENS * (hbm + params.lower_tier_weight * (any_ - hbm))
-        return (request.prompt_tokens - cached + params.load_penalty_tokens * inst.load, inst.load, inst.instance_id)
-    return min(instances, key=rank)
+    @property
+    def cache(self):  # a router must never read the cache
+        raise AssertionError("router read the instance's cache")
 
 
-@pytest.mark.parametrize("penalty", [0.0, 1.0, 64.0, 4096.0])
-def test_prefix_affinity_equals_full_scan(penalty):
-    rng = random.Random(11)
-    params = AffinityParams(load_penalty_tokens=penalty, lower_tier_weight=0.5)
-    for _ in range(2000):
-        n_blocks = rng.randint(0, 40)
-        request = SimpleNamespace(prompt_tokens=n_blocks * BLOCK_TOKENS + rng.randint(0, BLOCK_TOKENS - 1),
-                                  prompt_keys=list(range(n_blocks)))
-        instances = []
-        for i in range(rng.randint(2, 18)):
-            any_blocks = rng.choice([0, n_blocks, rng.randint(0, n_blocks)])
-            hbm_blocks = rng.randint(0, any_blocks)
-            instances.append(fake_instance(i, rng.choice([0, 1, 2, rng.randint(0, 60)]), hbm_blocks, any_blocks))
-        router = PrefixAffinity(instances, params)
-        assert router.choose(request) is full_scan(instances, request, params)
+_ids = iter(range(10**9))
 
 
-def test_prefix_affinity_skips_instances_the_load_term_rules_out():
-    params = AffinityParams(load_penalty_tokens=4096.0)
-    request = SimpleNamespace(prompt_tokens=40 * BLOCK_TOKENS, prompt_keys=list(range(40)))
-    home = fake_instance(0, 3, 39, 40)  # the session's history: nearly the whole prompt cached
-    others = [fake_instance(i, 5 + i, 2, 2) for i in range(1, 18)]
-    router = PrefixAffinity([*others, home], params)
-    assert router.choose(request) is home
-    assert sum(inst.cache.peeks for inst in others) == 0  # every other instance is busier: never peeked
+def request(keys, session_id=0, prompt_tokens=None, arrival_s=0.0):
+    keys = list(keys)
+    tokens = prompt_tokens if prompt_tokens is not None else len(keys) * BLOCK_TOKENS + 10
+    return SimpleNamespace(request_id=next(_ids), session_id=session_id, prompt_keys=keys, prompt_tokens=tokens,
+                           arrival_s=arrival_s, instance=-1, first_token_s=NAN, finish_s=NAN)
+
+
+def cluster(n, **kwargs):
+    return [FakeInstance(i, **kwargs) for i in range(n)]
+
+
+def finish(router, req, now_s=1.0):
+    req.first_token_s = req.finish_s = now_s
+    router.on_finish(req)
+
+
+# --- the KV indexer ----------------------------------------------------------------------------
+def per_block_overlap(view: dict[int, set[int]], keys) -> dict[int, int]:
+    """The definition: per worker, how many leading blocks it holds (walked block by block)."""
+    out = {}
+    for w, held in view.items():
+        k = 0
+        while k < len(keys) and keys[k] in held:
+            k += 1
+        if k:
+            out[w] = k
+    return out
+
+
+def test_indexer_overlap_equals_the_per_block_walk_on_prefix_closed_views():
+    rng = random.Random(7)
+    for _ in range(400):
+        n_workers = rng.randint(1, 9)
+        keys = list(range(1000, 1000 + rng.randint(1, 300)))
+        indexer, view = KvIndexer(), {}
+        for w in range(n_workers):
+            held = keys[:rng.choice([0, len(keys), rng.randint(0, len(keys))])]
+            if rng.random() < 0.3:  # blocks of other prompts too
+                held = held + [rng.randint(10**6, 2 * 10**6) for _ in range(5)]
+            if held:
+                indexer.apply_stored(w, held)
+            view[w] = set(held)
+        assert indexer.overlap_blocks(keys) == per_block_overlap(view, keys)
+
+
+def test_indexer_removal_clears_only_that_worker():
+    indexer = KvIndexer()
+    indexer.apply_stored(0, [1, 2, 3])
+    indexer.apply_stored(2, [1, 2])
+    indexer.apply_removed(0, [3])
+    indexer.apply_removed(0, [99])  # never held: ignored
+    assert indexer.overlap_blocks([1, 2, 3]) == {0: 2, 2: 2}
+    indexer.apply_removed(2, [1, 2])
+    assert indexer.overlap_blocks([1, 2, 3]) == {0: 2}
+    assert indexer.holders(1) == 0b1 and len(indexer) == 2
+
+
+def test_indexer_lookups_are_logarithmic_in_the_prompt():
+    indexer = KvIndexer()
+    keys = list(range(2000))
+    indexer.apply_stored(0, keys)          # the whole history on worker 0
+    indexer.apply_stored(1, keys[:200])    # the shared prefix on worker 1
+    lookups = []
+
+    class Counting(dict):
+        def get(self, key, default=None):
+            lookups.append(key)
+            return super().get(key, default)
+
+    indexer._holders = Counting(indexer._holders)
+    assert indexer.overlap_blocks(keys) == {0: 2000, 1: 200}
+    assert len(lookups) <= 2 + 2 * math.ceil(math.log2(len(keys)))
+
+
+# --- KV events -----------------------------------------------------------------------------------
+def test_kv_events_reach_the_view_after_the_delay_and_mirror_the_cache():
+    env = simpy.Environment()
+    indexer = KvIndexer()
+    channel = KvEventChannel(env, indexer, delay_s=0.5)
+    cache = RadixCache(8, LRU())
+    cache.kv_listener = channel.publisher(3)
+    node = cache.match([1, 2, 3], 0.0).node
+    cache.pin(node)
+    assert cache.reserve(3, 0.0)
+    cache.unpin(cache.commit(node, [1, 2, 3], 0, 3, 0.0))
+    assert indexer.overlap_blocks([1, 2, 3]) == {}          # published, not delivered yet
+    env.run(until=0.49)
+    assert indexer.overlap_blocks([1, 2, 3]) == {}
+    env.run(until=0.51)
+    assert indexer.overlap_blocks([1, 2, 3]) == {3: 3}
+    # Filling the cache with another prompt evicts the LRU blocks; the view follows 0.5 s later.
+    other = [11, 12, 13, 14, 15, 16, 17]
+    node = cache.match(other, 1.0).node
+    cache.pin(node)
+    assert cache.reserve(7, 1.0)
+    cache.unpin(cache.commit(node, other, 0, 7, 1.0))
+    env.run(until=1.6)
+    held = {key for n in cache.iter_nodes() for key in n.keys}
+    assert indexer.overlap_blocks([1, 2, 3]) == per_block_overlap({3: held}, [1, 2, 3])
+    assert indexer.overlap_blocks(other) == {3: 7}
+
+
+def test_kv_events_with_no_delay_apply_at_once():
+    env = simpy.Environment()
+    indexer = KvIndexer()
+    publisher = KvEventChannel(env, indexer, delay_s=0.0).publisher(1)
+    publisher.blocks_stored([5, 6])
+    assert indexer.overlap_blocks([5, 6]) == {1: 2}
+    publisher.blocks_removed([6])
+    assert indexer.overlap_blocks([5, 6]) == {1: 1}
+
+
+# --- kv_aware ----------------------------------------------------------------------------------
+def kv_router(n, **params):
+    return KvAware(cluster(n), KvAwareParams(**params), np.random.default_rng(0))
+
+
+def test_kv_aware_prefers_the_worker_holding_the_prefix():
+    router = kv_router(3, overlap_score_weight=1.0)
+    router.kv_indexer.apply_stored(2, list(range(40)))
+    assert router.choose(request(range(50))).instance_id == 2
+
+
+def test_kv_aware_trades_overlap_against_active_blocks():
+    """Worker 1 holds 30 of the 50 blocks but carries 100 active blocks: with weight 1 its cost
+    (20 + 100) loses to idle worker 0 (50); with weight 8 it wins (8*20 + 100 < 8*50)."""
+    for weight, expected in ((1.0, 0), (8.0, 1)):
+        router = kv_router(2, overlap_score_weight=weight)
+        router.kv_indexer.apply_stored(1, list(range(30)))
+        decoding = request(range(500, 600))
+        router.place(decoding, router.instances[1])   # 100 active blocks on 1 ...
+        decoding.first_token_s = 0.5                  # ... past its prefill
+        req = request(range(50), prompt_tokens=50 * BLOCK_TOKENS)
+        logits, overlaps = router.costs(req)
+        assert overlaps == {1: 30}
+        assert logits == [weight * 50, weight * 20 + 100]
+        assert router.choose(req).instance_id == expected
+
+
+def test_kv_aware_counts_queued_prefill_until_the_first_token():
+    router = kv_router(2, overlap_score_weight=1.0)
+    queued = request(range(100, 110), prompt_tokens=10 * BLOCK_TOKENS)
+    router.place(queued, router.instances[0])
+    assert router.prefill_tokens == [10 * BLOCK_TOKENS, 0]
+    logits, _ = router.costs(request(range(5), prompt_tokens=5 * BLOCK_TOKENS))
+    assert logits == [(10 + 5) + 10, 5]       # queued prefill + own prefill + active blocks
+    queued.first_token_s = 2.0                 # the first token streamed back
+    logits, _ = router.costs(request(range(5), prompt_tokens=5 * BLOCK_TOKENS))
+    assert logits == [5 + 10, 5] and router.prefill_tokens == [0, 0]
+    finish(router, queued)
+    assert router.active_blocks == [0, 0] and router.in_flight == [0, 0]
+
+
+def test_kv_aware_weight_zero_is_pure_load_balance():
+    router = kv_router(2, overlap_score_weight=0.0)
+    router.kv_indexer.apply_stored(0, list(range(50)))
+    router.place(request(range(900, 901)), router.instances[0])
+    assert router.choose(request(range(50))).instance_id == 1
+
+
+def test_kv_aware_temperature_samples_by_softmax_and_repeats_with_the_seed():
+    def picks(seed):
+        router = KvAware(cluster(3), KvAwareParams(overlap_score_weight=1.0, temperature=0.5),
+                         np.random.default_rng(seed))
+        router.kv_indexer.apply_stored(0, list(range(40)))
+        router.kv_indexer.apply_stored(1, list(range(20)))
+        req = request(range(40), prompt_tokens=40 * BLOCK_TOKENS)
+        return [router.choose(req).instance_id for _ in range(3000)]
+
+    first = picks(5)
+    assert first == picks(5)
+    # Logits 0, 20, 40 blocks normalise to 0, 0.5, 1: p proportional to exp(0), exp(-1), exp(-2).
+    expected = np.exp([0.0, -1.0, -2.0]) / np.exp([0.0, -1.0, -2.0]).sum()
+    observed = np.bincount(first, minlength=3) / len(first)
+    assert np.allclose(observed, expected, atol=0.03)
+
+
+def test_kv_aware_breaks_ties_with_its_seeded_stream():
+    def picks(seed):
+        router = kv_router(4)
+        return [router.choose(request(range(3))).instance_id for _ in range(200)]
+
+    assert picks(0) == picks(0)
+    assert set(picks(0)) == {0, 1, 2, 3}
+
+
+def test_kv_aware_never_reads_the_cache():
+    router = kv_router(2)
+    router.submit(request(range(10)))  # FakeInstance.cache raises if read
+
+
+# --- cache_aware -------------------------------------------------------------------------------
+def test_cache_aware_follows_its_own_tree_above_the_threshold():
+    router = CacheAware(cluster(3), CacheAwareParams(cache_threshold=0.5))
+    first = request(range(100))
+    router.submit(first)
+    home = first.instance
+    finish(router, first)
+    again = request(list(range(100)) + [7777])          # the same history, one block more
+    assert router.choose(again).instance_id == home
+    stranger = request(range(5000, 5100))              # matches nothing: smallest tree wins
+    assert router.choose(stranger).instance_id != home
+
+
+def test_cache_aware_below_threshold_goes_to_the_smallest_tree():
+    router = CacheAware(cluster(3), CacheAwareParams(cache_threshold=0.9))
+    for w, size in enumerate([30, 10, 20]):
+        router.place(request(range(w * 1000, w * 1000 + size)), router.instances[w])
+    half = request(list(range(20)) + list(range(9000, 9020)))   # half of worker 0's prefix
+    assert router.choose(half).instance_id == 1
+
+
+def test_cache_aware_falls_back_to_shortest_queue_when_imbalanced():
+    params = CacheAwareParams(cache_threshold=0.1, balance_abs_threshold=4, balance_rel_threshold=1.5)
+    router = CacheAware(cluster(3), params)
+    router.place(request(range(100)), router.instances[0])
+    for _ in range(5):
+        router.place(request(range(7000, 7001)), router.instances[0])
+    router.place(request(range(8000, 8001)), router.instances[2])
+    # Loads 6, 0, 1: 6 - 0 > 4 and 6 > 1.5 * 0, so the prefix on worker 0 is ignored.
+    assert router.imbalanced()
+    assert router.choose(request(range(100))).instance_id == 1
+    # Loads 6, 3, 4: the absolute gap 3 is within 4: balanced, the prefix wins again.
+    for _ in range(3):
+        router.place(request(range(8100, 8101)), router.instances[1])
+    router.place(request(range(8200, 8201)), router.instances[2])
+    router.place(request(range(8300, 8301)), router.instances[2])
+    router.place(request(range(8400, 8401)), router.instances[2])
+    assert not router.imbalanced()
+    assert router.choose(request(range(100))).instance_id == 0
+
+
+def test_cache_aware_trees_are_cut_back_periodically():
+    params = CacheAwareParams(max_tree_tokens=10 * BLOCK_TOKENS, eviction_interval_s=60.0)
+    router = CacheAware(cluster(1), params)
+    router.place(request(range(35), arrival_s=1.0), router.instances[0])
+    assert router.trees[0].used_blocks == 35                 # may exceed the size between evictions
+    router.choose(request(range(3), arrival_s=61.0))        # the periodic eviction is due
+    assert router.trees[0].used_blocks == 10
+    assert router.trees[0].match(list(range(35)), 61.0, touch=False).hit_blocks == 10
+
+
+# --- session_affinity, sticky, baselines ---------------------------------------------------------
+def test_session_affinity_sticks_then_overflows_when_saturated():
+    router = SessionAffinity(cluster(3), SessionAffinityParams(saturation_requests=2))
+    a1 = request([1], session_id=1)
+    router.submit(a1)
+    assert a1.instance == 0
+    router.submit(request([2], session_id=2))          # least loaded: worker 1
+    a2 = request([1, 3], session_id=1)
+    router.submit(a2)
+    assert a2.instance == 0                            # home, not saturated (1 < 2)
+    a3 = request([1, 3, 4], session_id=1)
+    router.submit(a3)                                  # home has 2 in flight: overflow
+    assert a3.instance == 2 and router.overflows == 1
+    assert router.home[1].instance_id == 2             # rehomed
+
+
+def test_session_affinity_saturation_defaults_to_the_batch_cap():
+    router = SessionAffinity(cluster(2, max_batch=3))
+    for _ in range(3):
+        router.submit(request([1], session_id=9))
+    assert router.in_flight == [3, 0]
+    router.submit(request([1], session_id=9))
+    assert router.in_flight == [3, 1]
+
+
+def test_sticky_sessions_wrap_kv_aware_and_keep_its_bookkeeping():
+    inner = kv_router(2)
+    router = StickySessions(inner)
+    first, second = request(range(10), session_id=4), request(range(12), session_id=4)
+    router.submit(first)
+    router.submit(second)
+    assert first.instance == second.instance
+    assert inner.active_blocks[first.instance] == 22 and inner.in_flight[first.instance] == 2
+    finish(router, first)
+    finish(router, second)
+    assert inner.active_blocks == [0, 0] and inner.in_flight == [0, 0]
 
 
 def test_least_loaded_and_round_robin():
-    instances = [fake_instance(i, load, 0, 0) for i, load in enumerate([3, 1, 1, 2])]
-    assert LeastLoaded(instances).choose(None).instance_id == 1  # lowest index on ties
+    instances = cluster(4)
+    router = LeastLoaded(instances)
+    router.in_flight = [3, 1, 1, 2]
+    assert router.choose(None).instance_id == 1  # lowest index on ties
     rr = RoundRobin(instances)
     assert [rr.choose(None).instance_id for _ in range(5)] == [0, 1, 2, 3, 0]
+
+
+def test_prefix_affinity_is_retired_with_a_pointer_to_kv_aware():
+    assert "prefix_affinity" not in ROUTERS
+    with pytest.raises(KeyError, match="retired into 'kv_aware'"):
+        ROUTERS.get("prefix_affinity")
+    assert {"kv_aware", "cache_aware", "session_affinity", "least_loaded", "round_robin"} <= set(ROUTERS.names())

@@ -146,6 +146,9 @@ class RadixCache:
         #: Optional A1 admission filter (``agentsim.cache.policies.admission``): decides at
         #: unpin whether a released, childless node is kept or freed at once.
         self.admission = None
+        #: KV events (``cluster/kv_events.py``): told of blocks entering and leaving the cache
+        #: (by the serving path; :meth:`serve`, the cache-only replay path, publishes none).
+        self.kv_listener = None
         policy.bind(self)
         # Hooks a policy leaves as the base class's no-ops (its own or, for a wrapper, its
         # base's bound method) are not called on the hot paths.
@@ -310,6 +313,8 @@ class RadixCache:
                 # Shorten the leaf: no node is created and the policy re-reads its key. The
                 # policy hears of the removal first, while node.keys[-n_blocks:] are the blocks.
                 policy.on_remove(node, n_blocks, reason)
+                if self.kv_listener is not None:
+                    self.kv_listener.blocks_removed(node.keys[-n_blocks:])
                 node.keys = node.keys[:-n_blocks]
                 if policy.trim_renews_id:
                     node.node_id = self._next_id
@@ -336,6 +341,8 @@ class RadixCache:
         self.evicted_blocks += n_blocks
         self.evicted_by_reason[reason] = self.evicted_by_reason.get(reason, 0) + n_blocks
         self.policy.on_remove(node, n_blocks, reason)
+        if self.kv_listener is not None:
+            self.kv_listener.blocks_removed(node.keys)
         if upper.parent is not None and not upper.children and upper.lock_ref == 0:
             self.policy.on_candidate(upper)
 
@@ -344,6 +351,8 @@ class RadixCache:
         while stack:
             child = stack.pop()
             child.orphan = True
+            if self.kv_listener is not None:  # unreachable: no longer a hit for the router either
+                self.kv_listener.blocks_removed(child.keys)
             self.orphan_blocks += len(child.keys)
             self.orphaned_blocks_total += len(child.keys)
             stack.extend(c for c in child.children.values() if not c.orphan)
@@ -414,6 +423,8 @@ class RadixCache:
             pos += common
         fresh = keys[pos:]
         if fresh:
+            if self.kv_listener is not None:
+                self.kv_listener.blocks_stored(fresh)
             if (self.policy.merge_runs and node.parent is not None and not node.children
                     and node.lock_ref == 1 and node.start_block + len(node.keys) == start_block + pos):
                 node.keys.extend(fresh)

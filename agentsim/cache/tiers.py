@@ -72,6 +72,8 @@ class TieredCache(TierStaging):
         # Selective write-through reads per-node hit counts: merge only runs with equal ones.
         self._merge_needs_equal_hits = any(t.write_policy == "write_through_selective" for t in self.tiers[1:])
         self.merged_nodes = 0
+        #: KV events (``cluster/kv_events.py``): told of blocks entering and leaving the tree.
+        self.kv_listener = None
 
     # --- HBM-compatible attributes ---------------------------------------------------------
     hbm = property(lambda self: self.tiers[0])
@@ -341,6 +343,8 @@ class TieredCache(TierStaging):
                     self._leave(cur, t, reason if cur is node else "orphaned")
             cur.alive = False
             self.dropped_blocks += len(cur.keys)
+            if self.kv_listener is not None:
+                self.kv_listener.blocks_removed(cur.keys)
         for t, entry in enumerate(parent.entries):
             if entry is not None and parent.parent is not None and self.tiers[t].is_evictable(entry):
                 self.tiers[t].policy.on_candidate(entry)
@@ -418,6 +422,8 @@ class TieredCache(TierStaging):
             node = child
             pos += common
         fresh = keys[pos:]
+        if fresh and self.kv_listener is not None:
+            self.kv_listener.blocks_stored(fresh)
         if fresh and self._can_extend(node):
             # As RadixCache with merge_runs: the request's own childless leaf, held only in HBM,
             # grows in place, so a session's calls do not add a node each (paths stay short).

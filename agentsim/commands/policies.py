@@ -1,4 +1,4 @@
-"""``agentsim policies``: registered eviction policies and their parameters."""
+"""``agentsim policies``: registered eviction policies and routers, with their parameters."""
 
 from __future__ import annotations
 
@@ -12,27 +12,31 @@ from agentsim.commands.common import console
 def register(app: typer.Typer) -> None:
     @app.command("policies")
     def policies_command(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
-        """List the registered eviction policies with their parameters and defaults."""
+        """List the registered eviction policies and routers with their parameters and defaults."""
         from rich.table import Table
 
         from agentsim.cache.policies import EVICTION_POLICIES
+        from agentsim.cluster.routers import ROUTERS
         from agentsim.registry import describe_params
 
         rows = []
-        for name in EVICTION_POLICIES.names():
-            cls = EVICTION_POLICIES.get(name)
-            doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-            params = describe_params(EVICTION_POLICIES.params_model(name))
-            rows.append({"name": name, "description": doc,
-                         "params": [{"name": p, "default": d, "description": desc} for p, d, desc in params]})
+        for registry in (EVICTION_POLICIES, ROUTERS):
+            for name in registry.names():
+                cls = registry.get(name)
+                doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+                params = describe_params(registry.params_model(name))
+                rows.append({"kind": registry.kind, "name": name, "description": doc,
+                             "params": [{"name": p, "default": d, "description": desc} for p, d, desc in params]})
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
-        table = Table(title="eviction policies", header_style="bold")
-        table.add_column("name")
-        table.add_column("description")
-        table.add_column("parameters (default)")
-        for row in rows:
-            table.add_row(row["name"], row["description"],
-                          "\n".join(f"{p['name']}={p['default']}" for p in row["params"]) or "-")
-        console.print(table)
+        for kind, title in ((EVICTION_POLICIES.kind, "eviction policies"), (ROUTERS.kind, "routers")):
+            table = Table(title=title, header_style="bold")
+            table.add_column("name")
+            table.add_column("description")
+            table.add_column("parameters (default)")
+            for row in rows:
+                if row["kind"] == kind:
+                    table.add_row(row["name"], row["description"],
+                                  "\n".join(f"{p['name']}={p['default']}" for p in row["params"]) or "-")
+            console.print(table)

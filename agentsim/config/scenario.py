@@ -191,8 +191,9 @@ class CacheConfig(Strict):
 class ServingConfig(Strict):
     max_batch_requests: int = Field(128, gt=0, description="most requests in one running batch")
     prefill_chunk_tokens: int = Field(8192, gt=0, description="chunked prefill: token budget per iteration")
-    router: str = Field("least_loaded", description="how requests pick an instance: round_robin, least_loaded, prefix_affinity")
-    router_params: dict[str, Any] = Field(default_factory=dict, description="router parameters (prefix_affinity: load_penalty_tokens)")
+    router: str = Field("kv_aware", description="how requests pick an instance: kv_aware (Dynamo), cache_aware (SGLang), "
+                        "session_affinity, least_loaded, round_robin (see `agentsim policies`, docs/routing.md)")
+    router_params: dict[str, Any] = Field(default_factory=dict, description="the router's parameters (its Params; see `agentsim policies`)")
     sticky_sessions: bool = Field(False, description="send every call of a session to the instance that served its first call")
 
 

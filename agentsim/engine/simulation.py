@@ -129,7 +129,7 @@ class Simulation:
             ))
         if self.hierarchy is not None:
             self.hierarchy.connect_peers(self.instances)
-        self.router = make_router(scenario, self.instances)
+        self.router = make_router(scenario, self.instances, self.env)
         self.driver = (driver_factory or AgentDriver)(self.env, scenario, self._submit, on_mutation=self._on_mutation)
         self.driver.on_idle = self._maybe_finish
         # Policy timers (TTL expiry, pin time-outs), tool start/end events, admission filters;
@@ -183,6 +183,7 @@ class Simulation:
             raise InvariantViolation(f"token conservation of request {request.request_id}: {problem}")
 
     def _on_finish(self, request: LLMRequest) -> None:
+        self.router.on_finish(request)  # the response has ended: the router's load bookkeeping
         if self.check_invariants:
             self._check_conservation(request)
         slo = self.scenario.slo
