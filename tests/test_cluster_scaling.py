@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentsim.config.loader import load_scenario
+from agentsim.engine.loading import load_scenario
 from agentsim.engine.simulation import run_scenario
 from tests.conftest import ROOT
 
