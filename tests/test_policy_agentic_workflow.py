@@ -82,7 +82,7 @@ def test_kvflow_without_workflow_is_lru(seed):
 
 def test_kvflow_without_tool_events_is_lru():
     from tests.test_policy_zoo import random_trace
-    from agentsim.cache.policies._driver import replay
+    from agentsim.cache.sequential import replay_sequence as replay
 
     requests = random_trace(3)
     logs = []

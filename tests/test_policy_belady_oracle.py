@@ -87,7 +87,7 @@ def test_without_workflow_is_lru(seed):
 
 
 def test_without_tool_events_is_lru():
-    from agentsim.cache.policies._driver import replay
+    from agentsim.cache.sequential import replay_sequence as replay
     from tests.test_policy_zoo import random_trace
 
     requests = random_trace(3)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentsim.cache.policies import EVICTION_POLICIES
-from agentsim.cache.policies._driver import replay
+from agentsim.cache.sequential import replay_sequence as replay
 from agentsim.cache.radix import RadixCache
 
 lcs = pytest.importorskip("libcachesim")

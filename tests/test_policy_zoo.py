@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from agentsim.cache.policies import EVICTION_POLICIES
-from agentsim.cache.policies._driver import replay, run_request
+from agentsim.cache.sequential import replay_sequence as replay, serve_request as run_request
 from agentsim.cache.policies.admission import ADMISSION_FILTERS
 from agentsim.cache.radix import RadixCache
 
@@ -311,9 +311,8 @@ def test_gdsf_unit_cost_is_lfu_with_dynamic_aging():
 # --- optimality and monotonicity (P1, P2) -----------------------------------------------
 
 def _belady_stats(requests, capacity):
-    cache, policy = make("belady", capacity)
-    policy.set_future(requests)
-    return replay(cache, requests, before_request=lambda i, now: policy.begin_request(i))
+    cache, _policy = make("belady", capacity)
+    return replay(cache, requests)  # the loop gives Belady its future and begin_request(i)
 
 
 ONLINE = [n for n in EVICTION_POLICIES.names() if n != "belady"]

@@ -109,6 +109,7 @@ def register(app: typer.Typer) -> None:
         if scenario is not None or set_:
             raise InputError("--scenario and --set apply to the timed modes (open-loop, closed-loop) only", "command line")
         from agentsim.replay import canonicalize, make_policy, replay_cache_only
+        from agentsim.replay.cache_only import signal_warnings
         from agentsim.replay.load import load_trace
 
         policy = policy or "lru"
@@ -120,6 +121,7 @@ def register(app: typer.Typer) -> None:
                                    policy=policy, policy_params=policy_params, clock=clock, canonical=canonical,
                                    record_requests=out is not None)
         summary = {"trace": loaded.path, "format": loaded.fmt, **result.summary(), "load_time_s": loaded.load_time_s}
+        print_warnings(signal_warnings(summary))
         if out is not None:
             _write(out, summary, loaded.requests, result.request_hit_blocks)
         if as_json:

@@ -45,6 +45,7 @@ import numpy as np
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.policy import EvictionPolicy
 from agentsim.cache.radix import RadixCache
+from agentsim.cache.sequential import replay_sequence
 
 REASONS = ("capacity", "ttl_expiry", "pin_timeout", "pressure_unpin", "mutation", "admission")
 TTL_COUNTERS = ("ttl_expirations_blocks", "capacity_evictions_blocks", "pins_created", "pins_honored",
@@ -96,35 +97,14 @@ def _policy_ttl_s(policy) -> float | None:
 def replay_stream(stream: list[tuple[float, int, list[int], list[int]]], capacity_blocks: int,
                   policy: EvictionPolicy) -> tuple[int, int]:
     """Serve ``stream`` [(admitted_s, request_id, prompt_keys, total_keys)] in order through one
-    radix cache; returns (hit blocks, requested prompt blocks). Offline policies (``set_future``)
-    get the prompt-key sequence; timer policies fire at the recorded times."""
+    radix cache; returns (hit blocks, requested prompt blocks). The sequential replay loop
+    (:func:`agentsim.cache.sequential.replay_sequence`): matched on the prompt, inserting prompt
+    plus output; offline policies get the prompt sequence, timers fire at the recorded times."""
     cache = RadixCache(capacity_blocks, policy, name="replay")
-    begin = getattr(policy, "begin_request", None)
-    if getattr(policy, "set_future", None) is not None:
-        # Belady's next-use index (agentsim.cache.policies._next_use picks the builder).
-        policy.set_future([prompt for _t, _id, prompt, _total in stream])
-    timed = type(policy).next_timer_s is not EvictionPolicy.next_timer_s
-    hits = requested = 0
-    for i, (now_s, _rid, prompt, total) in enumerate(stream):
-        if timed:
-            due = policy.next_timer_s()
-            if due is not None and due <= now_s:
-                policy.on_timer(now_s)
-        if begin is not None:
-            begin(i)
-        node, hit = cache.match(prompt, now_s)
-        hits += hit
-        requested += len(prompt)
-        keep = min(len(total), capacity_blocks)
-        fresh = keep - hit
-        if fresh <= 0:
-            continue
-        cache.pin(node)
-        if not cache.reserve(fresh, now_s):
-            cache.unpin(node)
-            continue
-        cache.unpin(cache.commit(node, total[hit:keep], hit, fresh, now_s))
-    return hits, requested
+    stats = replay_sequence(cache, [prompt for _t, _id, prompt, _total in stream],
+                            times_s=[now_s for now_s, _id, _p, _total in stream],
+                            totals=[total for _t, _id, _p, total in stream], label="headroom replay")
+    return stats.hit_blocks, stats.requested_blocks
 
 
 class RunDiagnostics:

@@ -15,13 +15,18 @@ variants are named as such: ``token_hit_ratio`` = hit tokens / input tokens with
 **Clock**: ``"logical"`` gives the cache request ``i`` at ``now_s = i``, so every request has a
 distinct timestamp and LRU is exactly block LRU with ties broken deepest-first (the stack model
 of :mod:`agentsim.replay.mrc`); ``"trace"`` passes the trace's timestamps (equal timestamps
-tie). ``"auto"`` (default) is logical unless the policy keeps timers (TTL expiry), which need
-real seconds.
+tie). ``"auto"`` (default) is logical unless the policy keeps timers (TTL expiry) or acts on
+agents' pauses the trace records, which need real seconds.
 
-**Policy hooks**: a policy with timers gets ``on_timer(now_s)`` before each request whose time
-has reached ``next_timer_s()``; an offline policy with ``set_future`` (Belady) is given the
-whole request sequence first and ``begin_request(i)`` before request ``i``. A policy's
-``counters()`` (e.g. TTL expirations) are added to the summary.
+**Policy hooks** (the steps are :func:`agentsim.cache.sequential.replay_sequence`'s): a policy
+with timers gets ``on_timer(now_s)`` before each request whose time has reached
+``next_timer_s()``; an offline policy with ``set_future`` (Belady) is given the whole request
+sequence first and ``begin_request(i)`` before request ``i``; an agentic policy (tool hooks) gets
+``on_tool_start`` after each request its agent pauses after (a WEKA ``tool_use`` / ``end_turn``
+stop; :mod:`agentsim.workload.traces.agents`) and ``on_tool_end`` when that agent calls again. A
+policy's ``counters()`` (e.g. TTL expirations, pins) are added to the summary, and
+``policy_signals_missing`` lists what the policy needed and the trace could not give
+(``agent_pauses`` on a trace without agents: the policy then runs as its base order).
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ from typing import Any
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.policy import EvictionPolicy
 from agentsim.cache.radix import RadixCache
+from agentsim.cache.sequential import has_timers, has_tool_hooks, replay_sequence
 from agentsim.errors import InputError, InvariantViolation
 from agentsim.replay.params import validate_policy_params
 from agentsim.replay.prefix import CanonicalTrace, canonicalize
+from agentsim.workload.traces.agents import AgentSignals, agent_signals
 from agentsim.workload.traces.records import TraceRequest
 
 CLOCKS = ("auto", "logical", "trace")
@@ -145,61 +152,57 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
     capacity = resolve_capacity(canonical.unique_blocks, capacity_blocks, capacity_fraction)
     policy_obj = make_policy(policy, policy_params)
     cache = RadixCache(capacity, policy_obj, name="replay")
-    # One call per request: match -> pin -> reserve -> commit -> unpin fused (RadixCache.serve).
-    serve = cache.serve
-    has_timers = type(policy_obj).next_timer_s is not EvictionPolicy.next_timer_s
+    tool_hooks = has_tool_hooks(policy_obj)
+    signals = agent_signals(requests) if tool_hooks else None
+    pauses = signals.pauses if signals is not None and signals.has_pauses else None
     if clock == "auto":
-        clock = "trace" if has_timers else "logical"
-    use_trace_clock = clock == "trace"
-    next_timer_s = policy_obj.next_timer_s if has_timers else None
-    begin_request = getattr(policy_obj, "begin_request", None)
-    set_future = getattr(policy_obj, "set_future", None)
-    if set_future is not None:
-        set_future([r.block_keys for r in requests])  # array('q') each: indexed without lists
-    hit_blocks = 0
+        # Timers and agents' pauses are in seconds: they need the trace's clock.
+        clock = "trace" if has_timers(policy_obj) or pauses is not None else "logical"
+    times_s = [r.timestamp_s for r in requests] if clock == "trace" else None
+    started = time.perf_counter()
+    stats = replay_sequence(cache, [r.block_keys for r in requests], times_s=times_s, pauses=pauses,
+                            after_request=(lambda _i: cache.check_invariants()) if check_invariants else None,
+                            label="cache-only replay")
     hit_tokens = 0
     input_tokens = 0
-    requested = 0
-    block_tokens = requests[0].block_tokens if requests else 0
-    per_request: list[int] | None = [] if record_requests else None
-    started = time.perf_counter()
-    for i, request in enumerate(requests):
-        now_s = request.timestamp_s if use_trace_clock else float(i)
-        if next_timer_s is not None:
-            due = next_timer_s()
-            if due is not None and due <= now_s:
-                policy_obj.on_timer(now_s)
-        if begin_request is not None:
-            begin_request(i)
-        keys = request.block_keys.tolist()
-        n = len(keys)
-        input_tokens += request.input_tokens
-        requested += n
-        if not n:
-            if per_request is not None:
-                per_request.append(0)
-            continue
-        try:
-            # A request longer than the whole cache keeps only its first ``capacity`` blocks.
-            hit = serve(keys, n if n <= capacity else capacity, now_s)
-        except InvariantViolation as exc:
-            raise InvariantViolation(f"cache-only replay, request {i}: {exc}") from None
-        hit_blocks += hit
-        if per_request is not None:
-            per_request.append(hit)
-        # min(hit blocks' tokens, input tokens), without min()'s generic call (~10x a test)
+    for request, hit in zip(requests, stats.per_request_hits):
+        # min(hit blocks' tokens, input tokens): the trace's last block may be partial
         tokens = hit * request.block_tokens
         hit_tokens += tokens if tokens < request.input_tokens else request.input_tokens
-        if check_invariants:
-            cache.check_invariants()
+        input_tokens += request.input_tokens
+    block_tokens = requests[0].block_tokens if requests else 0
     elapsed = time.perf_counter() - started
-    extra = {}
+    extra: dict[str, Any] = {}
     counters = getattr(policy_obj, "counters", None)
     if callable(counters):
         extra.update(counters())
+    if tool_hooks:
+        extra.update(tool_starts=stats.tool_starts, tool_ends=stats.tool_ends)
+    extra["policy_signals_missing"] = missing_signals(policy, policy_obj, signals)
     return CacheOnlyResult(
         policy=policy, capacity_blocks=capacity, block_tokens=block_tokens, requests=len(requests),
-        requested_blocks=requested, hit_blocks=hit_blocks, unique_blocks=canonical.unique_blocks,
+        requested_blocks=stats.requested_blocks, hit_blocks=stats.hit_blocks, unique_blocks=canonical.unique_blocks,
         ideal_hit_blocks=canonical.ideal_hit_blocks, input_tokens=input_tokens, hit_tokens=hit_tokens,
-        evicted_blocks=cache.evicted_blocks, replay_time_s=elapsed, clock=clock, request_hit_blocks=per_request,
-        extra=extra)
+        evicted_blocks=cache.evicted_blocks, replay_time_s=elapsed, clock=clock,
+        request_hit_blocks=stats.per_request_hits if record_requests else None, extra=extra)
+
+
+def missing_signals(name: str, policy: EvictionPolicy, signals: AgentSignals | None) -> list[str]:
+    """What ``policy`` acts on that this replay cannot give it (``[]``: nothing is missing).
+
+    ``agent_pauses``: the policy reacts to agents pausing between calls (tool or human gaps),
+    and the trace records no agent with a tool or human stop (Mooncake, Bailian), so the
+    policy runs as its base order. :func:`signal_warnings` words it for the user.
+    """
+    if has_tool_hooks(policy) and (signals is None or not signals.has_pauses):
+        return ["agent_pauses"]
+    return []
+
+
+def signal_warnings(summary: dict) -> list[str]:
+    """One warning line per signal a run's policy needed and did not get."""
+    notes = []
+    if "agent_pauses" in (summary.get("policy_signals_missing") or []):
+        notes.append(f"policy {summary.get('policy')!r} acts on agents' tool and human pauses, which this trace "
+                     "does not record (no sessions with tool_use / end_turn stops): it ran as its base policy")
+    return notes
