@@ -49,7 +49,7 @@ def check_components(scenario, source: str, lines: dict) -> None:
     """Every other registered name in a scenario: tier eviction policies, the load rule, the router
     (so a typo fails at load time with its line, not as a KeyError deep in a run)."""
     from agentsim.cluster.serving.load_rules import LOAD_RULES
-    from agentsim.cluster.router import ROUTERS
+    from agentsim.cluster.routers import ROUTERS
 
     tiers = scenario.cache.tiers
     if tiers is not None:
