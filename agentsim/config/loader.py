@@ -249,7 +249,10 @@ def validation_error_to_input_error(exc: ValidationError, source: str, lines: di
     (see :func:`_primary_error` for the one exception): the YAML line and path, and for an
     unknown key the closest known one."""
     error = _primary_error(exc.errors())
-    path = _error_path(tuple(error["loc"]))
+    loc = tuple(error["loc"])
+    # An unknown key is the last part of its location even when it is spelt like a union tag
+    # (a top-level key named 'lognormal' must not be dropped as one).
+    path = _error_path(loc[:-1]) + loc[-1:] if error["type"] == "extra_forbidden" else _error_path(loc)
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, FieldError):  # a cross-field check that names the field it blames
         path = path + cause.path
