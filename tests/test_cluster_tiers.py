@@ -13,9 +13,10 @@ from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.tiers import TieredCache, TierSpec
 from agentsim.cluster.costmodel import RooflineCostModel
 from agentsim.cluster.serving.instance import ServingInstance
-from agentsim.cluster.links import Link
+from agentsim.hardware.links import Link
 from agentsim.cluster.request import LLMRequest
-from agentsim.cluster.topology import InstanceLinks, load_breakdown
+from agentsim.engine.hierarchy import load_breakdown
+from agentsim.hardware.topology import InstanceLinks
 from agentsim.engine.loading import load_scenario
 from agentsim.engine.simulation import run_scenario
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import simpy
 
-from agentsim.cluster.links import Link
+from agentsim.hardware.links import Link
 
 
 def timed(env, link, size, delay, out, name):

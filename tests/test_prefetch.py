@@ -12,9 +12,9 @@ from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.tiers import TieredCache, TierSpec
 from agentsim.cluster.costmodel import RooflineCostModel
 from agentsim.cluster.serving.instance import ServingInstance
-from agentsim.cluster.links import Link
+from agentsim.hardware.links import Link
 from agentsim.cluster.request import LLMRequest
-from agentsim.cluster.topology import InstanceLinks
+from agentsim.hardware.topology import InstanceLinks
 from agentsim.config.scenario import PrefetchConfig, TiersConfig
 
 B = 64

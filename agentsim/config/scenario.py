@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentsim.config.units import Bytes, BytesPerSecond, Count, FlopsPerSecond, Seconds
-from agentsim.errors import FieldError
+from agentsim.errors import FieldError, did_you_mean
 from agentsim.config.distributions import DistributionSpec
 
 
@@ -128,9 +128,6 @@ class PrefetchConfig(Strict):
     chunk_tokens: int = Field(4096, gt=0, description="prefetch transfer granularity (what arrived is usable chunk by chunk)")
 
 
-LINK_ENDPOINTS = ("hbm", "peer_hbm", "dram", "disk", "remote")
-
-
 class LinkOverride(BaseModel):
     """Bandwidth/latency of the link joining two tiers, overriding the hardware-derived value.
 
@@ -148,8 +145,20 @@ class LinkOverride(BaseModel):
     latency_s: Seconds | None = Field(None, ge=0, description="per-transfer setup latency")
 
 
+#: The built-in lower tier kinds, in their default top-to-bottom order (the fields below).
+BUILTIN_LOWER_TIERS = ("dram", "disk", "remote")
+
+
 class TiersConfig(Strict):
-    """The memory hierarchy below HBM, and how hits in it are used."""
+    """The memory hierarchy below HBM, and how hits in it are used.
+
+    ``dram``, ``disk`` and ``remote`` are the built-in tier kinds; any other key holding a
+    tier mapping configures a registered tier kind (``agentsim.hardware.tier_kinds``), below the
+    built-ins unless ``order`` says otherwise. Its name is checked against the registered kinds
+    when the scenario is loaded (``config/`` does not know them)."""
+
+    model_config = ConfigDict(extra="allow", validate_default=True)
+    __pydantic_extra__: dict[str, TierConfig] = Field(init=False)
 
     dram: TierConfig | None = Field(None, description="host DRAM tier (Grace LPDDR), reached over NVLink-C2C")
     disk: TierConfig | None = Field(None, description="local NVMe tier, shared by the instances of a tray")
@@ -162,16 +171,39 @@ class TiersConfig(Strict):
     on_tool_call: Literal["keep", "demote"] = Field("keep", description="when an agent starts a tool call: keep its KV in HBM or demote it to the next tier")
     prefetch_before_return: bool = Field(False, description="bring a demoted session's KV back to HBM before its predicted return")
     return_lead_s: Seconds = Field(0.5, ge=0, description="start that prefetch this long before the predicted return")
-    order: list[Literal["dram", "disk", "remote"]] | None = Field(
+    order: list[str] | None = Field(
         None, description="lower tiers top to bottom (default dram, disk, remote); dram, if present, comes first; "
                           "e.g. [dram, remote, disk] puts a fast remote store above local NVMe")
     links: list[LinkOverride] = Field(default_factory=list, description="bandwidth/latency overrides of links between tiers")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _extra_keys_are_tiers(cls, data):
+        """A key that is no field must hold a tier mapping; anything else is a misspelt key."""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if key not in cls.model_fields and not isinstance(value, dict):
+                    raise FieldError((key,), f"unknown key {key!r}{did_you_mean(key, cls.model_fields, cutoff=0.5)}")
+        return data
+
+    def extra_tier_names(self) -> tuple[str, ...]:
+        """Tiers of registered kinds other than the built-ins, in the order written."""
+        return tuple(self.__pydantic_extra__ or ())
+
+    def lower_tiers(self) -> list[tuple[str, TierConfig]]:
+        """Every configured lower tier (enabled or not), built-ins first, in default order."""
+        out = []
+        for name in BUILTIN_LOWER_TIERS + self.extra_tier_names():
+            tier = getattr(self, name, None)
+            if tier is not None:
+                out.append((name, tier))
+        return out
+
     def enabled_tiers(self) -> list[tuple[str, TierConfig]]:
         """Enabled lower tiers, top to bottom (``order`` if given; disabled tiers skipped)."""
         out = []
-        for name in (self.order or ("dram", "disk", "remote")):
-            tier = getattr(self, name)
+        for name in (self.order or BUILTIN_LOWER_TIERS + self.extra_tier_names()):
+            tier = getattr(self, name, None)
             if tier is not None and tier.enabled:
                 out.append((name, tier))
         return out

@@ -6,6 +6,7 @@ from pydantic import ValidationError
 
 from agentsim.config.yaml_paths import locate
 from agentsim.errors import InputError, did_you_mean
+from agentsim.hardware.tier_kinds import lower_tier_names
 
 
 def check_registered(registry, name, params, name_path: tuple, params_path: tuple, source: str, lines: dict) -> None:
@@ -53,16 +54,19 @@ def check_components(scenario, source: str, lines: dict) -> None:
 
     tiers = scenario.cache.tiers
     if tiers is not None:
-        for name in ("dram", "disk", "remote"):
-            tier = getattr(tiers, name, None)
-            if tier is not None:
-                check_policy_ref(tier.eviction, ("cache", "tiers", name, "eviction"), source, lines)
+        kinds = lower_tier_names()
+        for name in tiers.extra_tier_names():
+            if name not in kinds:
+                raise InputError(f"unknown tier {name!r}{did_you_mean(name, kinds)}; tier kinds: {', '.join(kinds)}",
+                                 source, locate(lines, ("cache", "tiers", name)))
+        for name, tier in tiers.lower_tiers():
+            check_policy_ref(tier.eviction, ("cache", "tiers", name, "eviction"), source, lines)
         check_no_orphans_in_tiers(scenario, source, lines)
         rule = tiers.load_rule
         check_registered(LOAD_RULES, rule.name, rule.params, ("cache", "tiers", "load_rule", "name"),
                          ("cache", "tiers", "load_rule", "params"), source, lines)
         # Cross-field and hardware-dependent tier mistakes (order, links, capacities, prefetch).
-        from agentsim.cluster.topology import tiers_config_problem
+        from agentsim.engine.tier_checks import tiers_config_problem
 
         problem = tiers_config_problem(scenario)
         if problem is not None:
@@ -80,10 +84,8 @@ def check_no_orphans_in_tiers(scenario, source: str, lines: dict) -> None:
     from agentsim.cache.policies import EVICTION_POLICIES
 
     refs = [(scenario.cache.eviction, ("cache", "eviction"))]
-    for name in ("dram", "disk", "remote"):
-        tier = getattr(scenario.cache.tiers, name, None)
-        if tier is not None:
-            refs.append((tier.eviction, ("cache", "tiers", name, "eviction")))
+    for name, tier in scenario.cache.tiers.lower_tiers():
+        refs.append((tier.eviction, ("cache", "tiers", name, "eviction")))
     for ref, path in refs:
         policy = EVICTION_POLICIES.create(ref.name, ref.params)
         if policy.allows_orphans:

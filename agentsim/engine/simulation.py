@@ -19,7 +19,7 @@ from agentsim.cluster.costmodel import RooflineCostModel
 from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.routers import make_router
-from agentsim.cluster.topology import Hierarchy, load_breakdown
+from agentsim.engine.hierarchy import Hierarchy, load_breakdown
 from agentsim.engine.agents import AgentDriver
 from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecord
 from agentsim.engine.economics import economics_summary

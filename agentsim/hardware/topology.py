@@ -1,0 +1,163 @@
+"""The cluster's physical shape: instances grouped by tray and NVLink domain, and every link
+between tiers, built from the tier kinds (:mod:`agentsim.hardware.tier_kinds`).
+
+* An instance is ``gpus_per_instance`` consecutive GPUs; GPUs are numbered tray by tray
+  (``gpus_per_tray``) and domain by domain (``nvlink_domain_gpus``, 72 on an NVL72 rack).
+* NVLink-C2C host<->device links are per GPU, so an instance's ``h2d``/``d2h`` links carry
+  ``gpus_per_instance`` times the per-GPU bandwidth (KV is assumed sharded over the instance's
+  GPUs, as with DP-attention or TP-sharded GQA). The per-GPU figure already accounts for two
+  GPUs sharing one Grace CPU's LPDDR bandwidth (hardware reference, section 5).
+* Host DRAM belongs to the Grace CPUs: each instance gets its GPUs' share of it.
+* The NVMe drives of a tray are shared by the tray's instances: one read and one write link per
+  tray (drives x per-drive bandwidth), capacity split evenly between the tray's instances.
+* Each instance has a NIC link (GPUs x per-GPU NIC bandwidth) to the optional remote store,
+  which also has one shared link (its aggregate bandwidth) for all instances.
+* Peer-HBM loads come over the receiving instance's NVLink ingress link.
+
+Loads: DRAM -> HBM over ``h2d``; disk -> DRAM -> HBM over the tray's NVMe read link then
+``h2d`` (staging through DRAM); remote -> DRAM -> HBM over the store link, the NIC, then ``h2d``.
+Copies down: HBM -> DRAM over ``d2h``; DRAM -> disk over the NVMe write link; to remote over the
+store link (the NIC without one). Each of these is a field of a tier kind, not code here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+from agentsim.hardware.links import Link
+from agentsim.hardware.tier_kinds import TIER_KINDS, link_endpoints
+
+
+class InstanceLinks:
+    """The links one instance's transfers use (some shared with other instances), by role
+    (``h2d``, ``d2h``, ``nvlink_in``, ``nic``, ``nvme_read``, ``nvme_write``, ``store``, or a
+    registered kind's own); a role is also an attribute (``links.h2d``), None if not built."""
+
+    def __init__(self, **links_by_role: Link | None):
+        self.by_role: dict[str, Link | None] = dict(links_by_role)
+
+    def __getattr__(self, role: str) -> Link | None:
+        by_role = self.__dict__.get("by_role")
+        if by_role is None or role.startswith("__"):
+            raise AttributeError(role)
+        return by_role.get(role)
+
+    def load_path(self, tier_name: str) -> list[Link]:
+        """Links crossed, in order, to bring a block from ``tier_name`` into HBM."""
+        kind = TIER_KINDS.get(tier_name)
+        if kind is None or not kind.load_links:
+            raise ValueError(f"no load path from tier {tier_name!r}")
+        by_role = self.by_role
+        return [by_role[role] for role in kind.load_links if by_role.get(role) is not None]
+
+    def write_link(self, src: str, dst: str) -> Link | None:
+        """The bottleneck link of a copy down from ``src`` to ``dst`` (None: no such link)."""
+        kind = TIER_KINDS.get(dst)
+        if kind is None:
+            return None
+        for role in kind.write_links:
+            link = self.by_role.get(role)
+            if link is not None:
+                return link
+        return None
+
+
+@dataclass
+class Placement:
+    instance: int
+    first_gpu: int
+    tray: int
+    domain: int
+
+
+@dataclass
+class Topology:
+    """Placement of instances and every link, built once per simulation."""
+
+    placements: list[Placement]
+    links: list[InstanceLinks]
+    all_links: dict[str, Link] = field(default_factory=dict)
+
+    def peers(self, instance: int) -> list[int]:
+        """Other instances in the same NVLink domain."""
+        domain = self.placements[instance].domain
+        return [p.instance for p in self.placements if p.domain == domain and p.instance != instance]
+
+    def instances_in_tray(self, tray: int) -> int:
+        return sum(1 for p in self.placements if p.tray == tray)
+
+
+def place(n_instances: int, gpus_per_instance: int, gpus_per_tray: int, domain_gpus: int) -> list[Placement]:
+    out = []
+    for index in range(n_instances):
+        first = index * gpus_per_instance
+        out.append(Placement(index, first, first // gpus_per_tray, first // domain_gpus))
+    return out
+
+
+def _enabled_tier(tiers, name: str):
+    """The enabled ``cache.tiers`` entry of kind ``name``, or None."""
+    cfg = getattr(tiers, name, None) if tiers is not None else None
+    return cfg if cfg is not None and getattr(cfg, "enabled", False) else None
+
+
+def link_overrides(tiers) -> dict[str, tuple[float | None, float | None]]:
+    """{link role: (bandwidth, latency)} from ``cache.tiers.links`` (links to disabled tiers skipped)."""
+    out: dict[str, tuple[float | None, float | None]] = {}
+    if tiers is None:
+        return out
+    endpoints = link_endpoints()
+    for link in tiers.links:
+        ends = (link.from_tier, link.to_tier)
+        if any(getattr(tiers, end, None) is not None and not getattr(tiers, end).enabled for end in ends):
+            continue
+        role = endpoints[ends]
+        bw, lat = out.get(role, (None, None))
+        out[role] = (link.bandwidth_bytes_per_s if link.bandwidth_bytes_per_s is not None else bw,
+                     link.latency_s if link.latency_s is not None else lat)
+    return out
+
+
+def build_topology(env: simpy.Environment, scenario) -> Topology:
+    """Place the instances and build every tier kind's links (shared, per tray, per instance)."""
+    hw = scenario.hardware
+    g = hw.gpus_per_instance
+    placements = place(hw.instances, g, hw.gpus_per_tray, hw.nvlink_domain_gpus)
+    tiers = scenario.cache.tiers
+    overrides = link_overrides(tiers)
+    all_links: dict[str, Link] = {}
+    specs = [(spec, _enabled_tier(tiers, kind.name)) for kind in TIER_KINDS.values() for spec in kind.links]
+    specs = [(spec, cfg) for spec, cfg in specs if spec.built(hw, cfg)]
+
+    def make(spec, cfg, **where) -> Link:
+        bw, lat = overrides.get(spec.role, (None, None)) if spec.overridable else (None, None)
+        link = Link(env, spec.name.format(**where), bw if bw is not None else spec.bandwidth_bytes_per_s(hw, g, cfg),
+                    lat if lat is not None else spec.latency_s(hw, cfg), spec.link_kind)
+        all_links[link.name] = link
+        return link
+
+    shared = {spec.role: make(spec, cfg) for spec, cfg in specs if spec.scope == "shared"}
+    trays: dict[int, dict[str, Link]] = {}
+    links = []
+    for p in placements:
+        if p.tray not in trays:
+            trays[p.tray] = {spec.role: make(spec, cfg, tray=p.tray) for spec, cfg in specs if spec.scope == "tray"}
+        own = {spec.role: make(spec, cfg, instance=p.instance) for spec, cfg in specs if spec.scope == "instance"}
+        links.append(InstanceLinks(**{**own, **trays[p.tray], **shared}))
+    return Topology(placements, links, all_links)
+
+
+def tier_capacity_bytes(scenario, name: str, tier_cfg, topology: Topology, instance: int) -> float:
+    """Capacity of lower tier ``name`` for one instance: given, or its share of the hardware
+    (the kind's capacity rule)."""
+    if tier_cfg.capacity_bytes is not None:
+        return tier_cfg.capacity_bytes
+    kind = TIER_KINDS.get(name)
+    if kind is None or kind.capacity_bytes is None:
+        raise ValueError(f"tier {name!r} needs capacity_bytes")
+    sharing = 1
+    if kind.capacity_scope == "tray":
+        sharing = topology.instances_in_tray(topology.placements[instance].tray)
+    return kind.capacity_bytes(scenario.hardware, tier_cfg, sharing)
