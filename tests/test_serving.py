@@ -67,7 +67,7 @@ def test_decode_stretch_matches_per_step_sum():
     env.run()
     # Recompute by explicit iteration: one prefill iteration (all three chunks), then decode steps.
     flops = sum(COST.prefill_flops(1000, 0) for _ in reqs)
-    t = COST.iteration_s(flops, 3, 0, 0)
+    t = COST.iteration_from_flops_s(flops, 3, 0, 0)
     contexts = [1001, 1001, 1001]
     remaining = [r.output_tokens - 1 for r in reqs]
     finish = [math.nan] * 3

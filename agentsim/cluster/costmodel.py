@@ -52,7 +52,19 @@ class RooflineCostModel:
         touched = active if active < self.total_params else self.total_params  # min(total, active)
         return touched * self.bytes_per_param
 
-    def iteration_s(self, prefill_flops: float, n_prefill_seqs: int, n_decode: int, decode_context_tokens: float) -> float:
+    def iteration_s(self, chunks, n_decode: int, decode_context_tokens: float) -> float:
+        """Step-timer contract: one iteration with ``chunks`` = (new_tokens, context_tokens) per
+        prefilling sequence and ``n_decode`` decoding sequences of ``decode_context_tokens`` total."""
+        flops = 0.0
+        for new, context in chunks:
+            flops += self.prefill_flops(new, context)
+        return self.iteration_from_flops_s(flops, len(chunks), n_decode, decode_context_tokens)
+
+    def prefill_s(self, new_tokens: int, context_tokens: int) -> float:
+        """Step-timer contract: compute time of a prefill alone (the load-vs-recompute rule)."""
+        return self.prefill_flops(new_tokens, context_tokens) / self.flops_per_s
+
+    def iteration_from_flops_s(self, prefill_flops: float, n_prefill_seqs: int, n_decode: int, decode_context_tokens: float) -> float:
         """Time of one iteration with the given prefill work and decoding sequences."""
         flops = prefill_flops + 2.0 * self.active_params * n_decode + 2.0 * self.attn_coeff * decode_context_tokens
         read = self.weight_bytes(n_prefill_seqs + n_decode) + self.kv_bytes_per_token * decode_context_tokens

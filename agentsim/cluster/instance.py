@@ -544,7 +544,7 @@ class ServingInstance:
                 load_s += self._load_estimate_s(names[k - 1], sizes[k - 1])
                 loaded += sizes[k - 1]
             rest = max(0, min(top, usable) - min(loaded, top))
-            recompute_s = cost.prefill_flops(rest * bt, min(loaded, top) * bt) / cost.flops_per_s
+            recompute_s = cost.prefill_s(rest * bt, min(loaded, top) * bt)
             options.append((load_s, recompute_s))
         k = self.load_rule.choose(options) if sizes else 0
         local_k = min(k, len(segments))
@@ -703,15 +703,15 @@ class ServingInstance:
         if not budget > 1:  # max(1, budget)
             budget = 1
         chunks = []
-        flops = 0.0
+        shapes = []
         for state in prefilling:
             if budget <= 0:
                 break
             n = budget if budget < state.prefill_left else state.prefill_left  # min(prefill_left, budget)
             budget -= n
-            flops += cost.prefill_flops(n, state.context_tokens)
+            shapes.append((n, state.context_tokens))
             chunks.append((state, n))
-        duration = cost.iteration_s(flops, len(chunks), n_decoding, decoding.context_tokens())
+        duration = cost.iteration_s(shapes, n_decoding, decoding.context_tokens())
         yield env.timeout(duration)
         self.busy_s += duration
         self.iterations += 1
