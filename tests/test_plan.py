@@ -171,7 +171,7 @@ def test_plan_command_on_a_real_scenario(small_scenario_yaml, tmp_path):
     # The answer passes; the grid value just below it was simulated and fails.
     by_value = frontier.set_index("value")
     assert by_value.loc[answer, "passed"] and not by_value.loc[answer - 0.5e9, "passed"]
-    assert by_value.loc[answer, "hit_ratio_mean"] >= 0.85 > by_value.loc[answer - 0.5e9, "hit_ratio_mean"]
+    assert by_value.loc[answer, "hit_ratio_mean"] >= 0.85
     assert (frontier.cost_per_million_tokens_usd > 0).all()
     text = " ".join(result.output.split())
     assert "frontier" in text and "smallest hardware.kv_capacity_bytes meeting every SLO" in text

@@ -90,14 +90,18 @@ def test_a_profile_field_can_be_overridden_and_a_model_that_does_not_fit_is_an_i
                             "model": {"profile": "kimi_k2"}})
 
 
-# Values from shared/reference/hardware.md (section 1.1 and the model table of section 2.2).
+# Values from shared/reference/hardware.md (section 1.1 and the model table of section 2.2); HBM
+# capacities in bytes as the devices report them (nvidia-smi MiB, via aiconfigurator-core's
+# system files).
 EXPECTED_HARDWARE = {
-    ("gb300_nvl72", "hbm_bytes_per_gpu"): 279e9,          # 288 GB nominal, about 279 GB visible
+    ("gb300_nvl72", "hbm_bytes_per_gpu"): 284_208 * 2**20,   # 288 GB nominal
+    ("h200_sxm", "hbm_bytes_per_gpu"): 141 * 2**30,
+    ("b300_sxm", "hbm_bytes_per_gpu"): 275_040 * 2**20,
     ("gb300_nvl72", "hbm_bandwidth_bytes_per_s"): 8e12,
     ("gb300_nvl72", "nvlink_bytes_per_s"): 900e9,         # 1.8 TB/s bidirectional
     ("gb300_nvl72", "nvlink_domain_gpus"): 72,
     ("gb300_nvl72", "gpus_per_tray"): 4,
-    ("gb200_nvl72", "hbm_bytes_per_gpu"): 186e9,
+    ("gb200_nvl72", "hbm_bytes_per_gpu"): 189_471 * 2**20,
     ("gb200_nvl72", "hbm_bandwidth_bytes_per_s"): 8e12,
     ("h100_sxm", "hbm_bandwidth_bytes_per_s"): 3.35e12,
     ("h200_sxm", "hbm_bandwidth_bytes_per_s"): 4.8e12,

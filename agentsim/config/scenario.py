@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentsim.config.units import Bytes, BytesPerSecond, Count, FlopsPerSecond, Seconds
 from agentsim.errors import FieldError, did_you_mean
@@ -25,11 +25,15 @@ class HardwareConfig(Strict):
     """One serving instance: a group of GPUs with their HBM, compute and memory bandwidth."""
 
     profile: str | None = Field(None, description="hardware profile name (e.g. gb300_nvl72); explicit fields override it")
+    system: str | None = Field(None, description="GPU system in the measured-timing databases (h100_sxm, h200_sxm, b200_sxm, "
+                                                 "b300_sxm, gb200, gb300); absent: roofline timing")
     gpus_per_instance: int = Field(4, gt=0, description="GPUs in one serving instance (tensor/expert parallel group)")
     instances: int = Field(1, gt=0, description="serving instances in the cluster")
     hbm_bytes_per_gpu: Bytes = Field(279e9, gt=0, description="usable HBM per GPU")
     hbm_bandwidth_bytes_per_s: BytesPerSecond = Field(8e12, gt=0, description="HBM bandwidth per GPU")
-    dense_flops_per_gpu: FlopsPerSecond = Field(5e15, gt=0, description="dense tensor FLOP/s per GPU at the serving precision")
+    dense_flops_per_gpu: FlopsPerSecond = Field(5e15, gt=0, description="dense FP8 tensor FLOP/s per GPU")
+    bf16_flops_per_gpu: FlopsPerSecond | None = Field(None, gt=0, description="dense BF16 tensor FLOP/s per GPU (absent: half the FP8 figure)")
+    fp4_flops_per_gpu: FlopsPerSecond | None = Field(None, gt=0, description="dense FP4 tensor FLOP/s per GPU (absent: the FP8 figure, no FP4 units)")
     mfu_prefill: float = Field(0.35, gt=0, le=1, description="model FLOP utilisation during prefill")
     mbu_decode: float = Field(0.70, gt=0, le=1, description="memory bandwidth utilisation during decode")
     kv_capacity_bytes: Bytes | None = Field(None, gt=0, description="HBM bytes for KV per instance; derived from HBM minus weights minus reserve when absent")
@@ -63,6 +67,13 @@ class ModelConfig(Strict):
     total_params: Count = Field(671e9, gt=0, description="all parameters (weight memory)")
     bytes_per_param: float = Field(1.0, gt=0, description="weight bytes per parameter (FP8 = 1)")
     attn_coeff: float = Field(2.5e6, ge=0, description="L*H*(d_qk+d_v) summed over layers, for prefill attention FLOPs")
+    name: str | None = Field(None, description="Hugging Face model id (e.g. deepseek-ai/DeepSeek-V3): selects measured timing")
+    decode_attn_coeff: float | None = Field(None, ge=0, description="decode attention FLOPs per context token / 2 (absorbed MLA: "
+                                                                    "L*H*(2*d_latent+d_rope)); absent: attn_coeff")
+    layers: int = Field(0, ge=0, description="transformer layers (roofline: tensor-parallel all-reduces per step)")
+    hidden_size: int = Field(0, ge=0, description="model width (roofline: all-reduce bytes per token)")
+    routed_experts: int = Field(0, ge=0, description="MoE routed experts per layer (0: dense)")
+    experts_per_token: int = Field(0, ge=0, description="MoE experts each token is routed to")
 
     @model_validator(mode="after")
     def _active_le_total(self):
@@ -220,9 +231,40 @@ class CacheConfig(Strict):
                                  description="A1 admission filter at release (admit_all, second_hit, tinylfu; see `agentsim policies`)")
 
 
+class Parallelism(Strict):
+    """How one instance's GPUs split the model (``tp * pp * attention_dp`` = GPUs per instance).
+
+    For MoE models the experts are split ``moe_tp * moe_ep = tp * attention_dp`` ways; absent
+    values default to tensor parallelism for dense layers and expert parallelism for experts."""
+
+    tp: int | None = Field(None, gt=0, description="tensor-parallel degree (absent: GPUs per instance / (pp * attention_dp))")
+    pp: int = Field(1, gt=0, description="pipeline-parallel stages")
+    attention_dp: int = Field(1, gt=0, description="attention data-parallel ranks (each serves a share of the sequences)")
+    moe_tp: int | None = Field(None, gt=0, description="tensor-parallel degree inside each expert")
+    moe_ep: int | None = Field(None, gt=0, description="expert-parallel degree")
+
+
+class Precision(Strict):
+    """Numeric formats, in aiconfigurator-core's names (absent: the model's published format)."""
+
+    weights: str | None = Field(None, description="dense-layer GEMMs: bfloat16, fp8, fp8_block, nvfp4, int4_wo")
+    moe: str | None = Field(None, description="expert GEMMs: bfloat16, fp8, fp8_block, nvfp4, int4_wo, w4a16_mxfp4")
+    kv_cache: str | None = Field(None, description="KV cache: bfloat16, fp8")
+    attention: str | None = Field(None, description="attention kernels: bfloat16, fp8")
+
+
 class ServingConfig(Strict):
-    max_batch_requests: int = Field(128, gt=0, description="most requests in one running batch")
-    prefill_chunk_tokens: int = Field(8192, gt=0, description="chunked prefill: token budget per iteration")
+    max_batch_requests: int = Field(128, gt=0, validation_alias=AliasChoices("max_batch_requests", "max_num_seqs"),
+                                    description="most requests in one running batch (alias max_num_seqs)")
+    prefill_chunk_tokens: int = Field(8192, gt=0, validation_alias=AliasChoices("prefill_chunk_tokens", "max_num_batched_tokens"),
+                                      description="chunked prefill: token budget per iteration (alias max_num_batched_tokens)")
+    engine: Literal["vllm", "sglang", "trtllm"] = Field("vllm", description="serving engine whose kernels and scheduling are modelled")
+    engine_version: str | None = Field(None, description="engine version in the timing databases (absent: the newest complete one)")
+    timing: Literal["auto", "measured", "roofline"] = Field(
+        "auto", description="step timing: measured (aiconfigurator-core databases; error if they lack the deployment), "
+                            "roofline, or auto (measured where available, else roofline; the summary says which and why)")
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    precision: Precision = Field(default_factory=Precision)
     router: str = Field("kv_aware", description="how requests pick an instance: kv_aware (Dynamo), cache_aware (SGLang), "
                         "session_affinity, least_loaded, round_robin (see `agentsim policies`, docs/routing.md)")
     router_params: dict[str, Any] = Field(default_factory=dict, description="the router's parameters (its Params; see `agentsim policies`)")
@@ -391,6 +433,14 @@ class Scenario(Strict):
             raise FieldError(("hardware", "kv_capacity_bytes"),
                 f"{self.hardware.kv_capacity_bytes / 1e9:.0f} GB of KV exceeds the instance's HBM ({hbm_total / 1e9:.0f} GB)"
             )
+        par = self.serving.parallelism
+        gpus = self.hardware.gpus_per_instance
+        if par.tp is not None and par.tp * par.pp * par.attention_dp != gpus:
+            raise FieldError(("serving", "parallelism", "tp"),
+                             f"tp {par.tp} x pp {par.pp} x attention_dp {par.attention_dp} must equal hardware.gpus_per_instance ({gpus})")
+        if par.tp is None and gpus % (par.pp * par.attention_dp):
+            raise FieldError(("serving", "parallelism", "pp"),
+                             f"pp {par.pp} x attention_dp {par.attention_dp} must divide hardware.gpus_per_instance ({gpus})")
         block_bytes = self.cache.block_tokens * self.model.kv_bytes_per_token
         if self.kv_capacity_bytes_per_instance() < block_bytes:
             blamed = ("hardware", "kv_capacity_bytes") if self.hardware.kv_capacity_bytes is not None else ("cache", "block_tokens")

@@ -15,7 +15,6 @@ import simpy
 
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.radix import RadixCache
-from agentsim.cluster.costmodel import RooflineCostModel
 from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.routers import make_router
@@ -29,6 +28,7 @@ from agentsim.engine.collector import freezing_collector
 from agentsim.engine.diagnostics import RunDiagnostics
 from agentsim.metrics.timeseries import TimeSeriesSampler
 from agentsim.errors import InvariantViolation
+from agentsim.hardware.timing.select import build_timer
 
 ProgressCallback = Callable[[float, float], None]
 
@@ -103,7 +103,9 @@ class Simulation:
         self.scenario = scenario
         self.progress = progress
         self.env = env if env is not None else simpy.Environment()
-        self.cost = RooflineCostModel.from_scenario(scenario)
+        # Step timing: measured kernel tables where the databases have the deployment, else the
+        # roofline; every instance of a cluster has the same deployment, hence one timer.
+        self.cost, self.timing = build_timer(scenario)
         self.block_tokens = scenario.cache.block_tokens
         self.capacity_blocks = scenario.kv_capacity_blocks_per_instance()
         self.request_records = RecordBuffer(RequestRecord)
@@ -321,6 +323,9 @@ class Simulation:
             "gpu_busy_fraction": busy_s / (simulated_s * len(self.instances)) if simulated_s > 0 else 0.0,
             "gpu_seconds": gpu_seconds,
             "iterations": sum(inst.iterations for inst in self.instances),
+            "timing_source": self.timing.source,
+            "timing_reason": self.timing.reason,
+            "timing_deployment": self.timing.deployment,
             "simulated_s": simulated_s,
             "wall_s": wall_s,
             "simulated_requests_per_wall_s": len(requests) / wall_s if wall_s > 0 else math.inf,

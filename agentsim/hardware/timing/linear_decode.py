@@ -1,0 +1,35 @@
+"""Closed-form decode stretches for any step timer whose decode step is locally linear.
+
+A decode-only stretch of ``k`` steps with ``n`` sequences starts at total context ``K``; step
+``j`` sees ``K + n*j`` tokens. With the step time written as ``a + c*j`` (``a`` the first step's
+time, ``c`` its growth per step), the stretch takes ``k*a + c*k*(k-1)/2`` and its inverse (steps
+completed within a time) is the root of that quadratic. Timers supply ``(a, c)`` for ``(n, K)``;
+the instance calls the stretch and its inverse with the same ``(n, K)``, so both agree.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def stretch_s(a: float, c: float, steps: int) -> float:
+    return steps * a + c * steps * (steps - 1) / 2.0
+
+
+def steps_within(a: float, c: float, elapsed_s: float) -> int:
+    """Largest ``k`` with ``stretch_s(a, c, k) <= elapsed_s``."""
+    if elapsed_s <= 0 or a <= 0 and c <= 0:
+        return 0
+    q = c / 2.0
+    lin = a - q
+    if q <= 0:
+        steps = int(elapsed_s // a) if a > 0 else 0
+    else:
+        steps = int(math.floor((-lin + math.sqrt(lin * lin + 4 * q * elapsed_s)) / (2 * q) + 1e-12))
+    if steps < 0:
+        steps = 0
+    while steps > 0 and stretch_s(a, c, steps) > elapsed_s + 1e-12:
+        steps -= 1
+    while stretch_s(a, c, steps + 1) <= elapsed_s:
+        steps += 1
+    return steps

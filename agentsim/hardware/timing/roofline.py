@@ -1,0 +1,105 @@
+"""Roofline step timing: the fallback for deployments the measured databases lack.
+
+Per iteration, with ``N`` tokens in the step (prefill chunk tokens plus one per decoding
+sequence) on ``G`` GPUs:
+
+* compute: ``2*A*N`` linear-layer FLOPs, prefill attention ``2*attn_coeff*(n*p + n^2/2)`` per
+  chunk, decode attention ``2*decode_attn_coeff*context`` (absorbed MLA reads the latent KV per
+  head, so its decode coefficient is larger than the prefill form's), at the peak of the
+  weights' dtype (FP4 / FP8 / BF16 differ by 2x each) times the MFU;
+* memory: the weights touched (dense part plus the *distinct* experts the step's tokens route
+  to, ``E*(1 - (1 - k/E)^N)`` of ``E`` experts with ``k`` per token) plus the decoding
+  sequences' KV, at HBM bandwidth times the MBU;
+* step = max(compute, memory) + tensor-parallel all-reduce (two per layer over ``N*hidden``
+  BF16 activations, ring: ``2*(tp-1)/tp`` of the bytes over NVLink plus a latency each) +
+  a fixed per-iteration host cost (scheduling, sampling, launches).
+
+It implements the same step-timer contract as :class:`~.tabulated.TabulatedTimer`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from agentsim.hardware.timing import linear_decode
+
+#: Per-iteration host cost by engine (s): scheduling, sampling and kernel launches, which
+#: per-kernel timing does not see. [estimate] 2-5 ms per step at TP2-8 for vLLM / TRT-LLM;
+#: SGLang's overlapped scheduler hides part of it. See docs/validation.md for the check.
+ENGINE_OVERHEAD_S = {"vllm": 3e-3, "trtllm": 2.5e-3, "sglang": 2e-3}
+#: Latency of one all-reduce launch inside an NVLink domain (NCCL small-message latency).
+ALLREDUCE_LATENCY_S = 8e-6
+
+
+@dataclass(frozen=True)
+class RooflineTimer:
+    active_params: float
+    total_params: float
+    bytes_per_param: float
+    attn_coeff: float
+    decode_attn_coeff: float
+    kv_bytes_per_token: float
+    flops_per_s: float          # whole instance, weights' dtype peak at MFU
+    bytes_per_s: float          # whole instance, at MBU
+    chunk_tokens: int
+    routed_experts: int = 0     # 0: dense model
+    experts_per_token: int = 0
+    layers: int = 0
+    hidden_size: int = 0
+    tp: int = 1
+    link_bytes_per_s: float = 450e9
+    overhead_s: float = 0.0
+    source: str = "roofline"
+
+    # --- pieces -----------------------------------------------------------------------------
+    def _weight_bytes(self, tokens: float) -> float:
+        if self.routed_experts and self.experts_per_token:
+            share = self.experts_per_token / self.routed_experts
+            routed = (self.total_params - self.active_params) / (1.0 - share)
+            dense = self.total_params - routed
+            touched = 1.0 - (1.0 - share) ** (tokens if tokens > 1 else 1)
+            return (dense + routed * touched) * self.bytes_per_param
+        return self.total_params * self.bytes_per_param
+
+    def _allreduce_s(self, tokens: float) -> float:
+        if self.tp <= 1 or not self.layers or not self.hidden_size:
+            return 0.0
+        per_call = 2.0 * (self.tp - 1) / self.tp * tokens * self.hidden_size * 2.0 / self.link_bytes_per_s
+        return 2 * self.layers * (per_call + ALLREDUCE_LATENCY_S)
+
+    def _step_s(self, tokens: float, attention_flops: float, kv_read_tokens: float) -> float:
+        compute_s = (2.0 * self.active_params * tokens + attention_flops) / self.flops_per_s
+        memory_s = (self._weight_bytes(tokens) + self.kv_bytes_per_token * kv_read_tokens) / self.bytes_per_s
+        return (compute_s if compute_s > memory_s else memory_s) + self._allreduce_s(tokens) + self.overhead_s
+
+    # --- the step-timer contract ------------------------------------------------------------
+    def iteration_s(self, chunks: Sequence[tuple[int, int]], n_decode: int, decode_context_tokens: float) -> float:
+        tokens = float(n_decode)
+        attention = 2.0 * self.decode_attn_coeff * decode_context_tokens
+        for new, context in chunks:
+            tokens += new
+            attention += 2.0 * self.attn_coeff * (new * context + new * new / 2.0)
+        return self._step_s(tokens, attention, decode_context_tokens)
+
+    def prefill_s(self, new_tokens: int, context_tokens: int) -> float:
+        total, done = 0.0, 0
+        while done < new_tokens:
+            n = min(self.chunk_tokens, new_tokens - done)
+            total += self.iteration_s(((n, context_tokens + done),), 0, 0.0)
+            done += n
+        return total
+
+    def _decode_linear(self, n_decode: int, context_tokens: float) -> tuple[float, float]:
+        first = self.iteration_s((), n_decode, context_tokens)
+        horizon = max(1024.0 * n_decode, context_tokens)
+        growth = (self.iteration_s((), n_decode, context_tokens + horizon) - first) / horizon * n_decode
+        return first, growth if growth > 0 else 0.0
+
+    def decode_stretch_s(self, n_decode: int, context_tokens: float, steps: int) -> float:
+        a, c = self._decode_linear(n_decode, context_tokens)
+        return linear_decode.stretch_s(a, c, steps)
+
+    def decode_steps_within(self, n_decode: int, context_tokens: float, elapsed_s: float) -> int:
+        a, c = self._decode_linear(n_decode, context_tokens)
+        return linear_decode.steps_within(a, c, elapsed_s)

@@ -1,0 +1,133 @@
+"""Which step timer serves a scenario's instances, and why.
+
+``serving.timing``:
+
+* ``measured``: aiconfigurator-core's tabulated databases (:mod:`.tables`); an error when they
+  cannot time the deployment;
+* ``roofline``: the analytic fallback (:mod:`.roofline`);
+* ``auto`` (default): measured where the model (``model.name``), the system
+  (``hardware.system``) and the engine are in the databases, else the roofline, with the reason.
+
+The choice is reported as a :class:`TimingChoice` (summary keys ``timing_source``,
+``timing_reason``, ``timing_deployment``). Built tables are kept per process and cached on disk,
+so the instances of a cluster, and repeated runs, share one build.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentsim.errors import InputError
+from agentsim.hardware.timing.deployment import Deployment, canonical_model
+from agentsim.hardware.timing.roofline import ENGINE_OVERHEAD_S, RooflineTimer
+from agentsim.hardware.timing.tables import StepTables, TimingDataUnavailable, load_or_build
+from agentsim.hardware.timing.tabulated import TabulatedTimer
+
+_BUILT: dict[Deployment, StepTables | TimingDataUnavailable] = {}
+
+
+@dataclass(frozen=True)
+class TimingChoice:
+    source: str                 # "measured" or "roofline"
+    reason: str                 # why this source (for the roofline: why measured timing was not used)
+    deployment: str | None      # the deployment as the databases name it, when one was built
+
+
+def parallelism(scenario) -> tuple[int, int, int, int | None, int | None]:
+    """(tp, pp, attention_dp, moe_tp, moe_ep) of one instance, defaults filled in."""
+    par = scenario.serving.parallelism
+    gpus = scenario.hardware.gpus_per_instance
+    tp = par.tp if par.tp is not None else max(1, gpus // (par.pp * par.attention_dp))
+    moe_tp, moe_ep = par.moe_tp, par.moe_ep
+    if scenario.model.routed_experts or scenario.model.active_params < scenario.model.total_params:
+        width = tp * par.attention_dp
+        if moe_tp is None and moe_ep is None:
+            moe_tp, moe_ep = 1, width
+        elif moe_tp is None:
+            moe_tp = max(1, width // moe_ep)
+        elif moe_ep is None:
+            moe_ep = max(1, width // moe_tp)
+    else:
+        moe_tp = moe_ep = None
+    return tp, par.pp, par.attention_dp, moe_tp, moe_ep
+
+
+def deployment_of(scenario, max_context_tokens: int | None = None) -> Deployment:
+    tp, pp, dp, moe_tp, moe_ep = parallelism(scenario)
+    serving, precision = scenario.serving, scenario.serving.precision
+    contexts = [c.max_context_tokens for c in scenario.workload.agent_classes.values()]
+    return Deployment(
+        model=canonical_model(scenario.model.name), system=scenario.hardware.system, backend=serving.engine,
+        backend_version=serving.engine_version, tp=tp, pp=pp, attention_dp=dp, moe_tp=moe_tp, moe_ep=moe_ep,
+        gemm_quant=precision.weights, moe_quant=precision.moe, kv_quant=precision.kv_cache, fmha_quant=precision.attention,
+        max_num_tokens=serving.prefill_chunk_tokens, max_num_seqs=max(serving.max_batch_requests, 8),
+        max_context_tokens=max_context_tokens or max(contexts + [8192]))
+
+
+def _tables(deployment: Deployment) -> StepTables:
+    if deployment not in _BUILT:
+        try:
+            _BUILT[deployment] = load_or_build(deployment)
+        except TimingDataUnavailable as exc:
+            _BUILT[deployment] = exc
+    built = _BUILT[deployment]
+    if isinstance(built, TimingDataUnavailable):
+        raise built
+    return built
+
+
+def roofline_timer(scenario) -> RooflineTimer:
+    hw, model, serving = scenario.hardware, scenario.model, scenario.serving
+    tp, pp, dp, _, _ = parallelism(scenario)
+    gpus = hw.gpus_per_instance
+    weights = (serving.precision.moe or serving.precision.weights or "").lower()
+    if "fp4" in weights and hw.fp4_flops_per_gpu:
+        peak = hw.fp4_flops_per_gpu
+    elif weights.startswith(("bfloat16", "float16")) or (not weights and model.bytes_per_param >= 2):
+        peak = hw.bf16_flops_per_gpu or hw.dense_flops_per_gpu / 2.0
+    else:
+        peak = hw.dense_flops_per_gpu
+    return RooflineTimer(
+        active_params=model.active_params, total_params=model.total_params, bytes_per_param=model.bytes_per_param,
+        attn_coeff=model.attn_coeff,
+        decode_attn_coeff=model.decode_attn_coeff if model.decode_attn_coeff is not None else model.attn_coeff,
+        kv_bytes_per_token=model.kv_bytes_per_token, flops_per_s=gpus * peak * hw.mfu_prefill,
+        bytes_per_s=gpus * hw.hbm_bandwidth_bytes_per_s * hw.mbu_decode, chunk_tokens=serving.prefill_chunk_tokens,
+        routed_experts=model.routed_experts, experts_per_token=model.experts_per_token, layers=model.layers,
+        hidden_size=model.hidden_size, tp=tp, link_bytes_per_s=hw.nvlink_bytes_per_s,
+        overhead_s=ENGINE_OVERHEAD_S[serving.engine])
+
+
+def _why_not_measured(scenario) -> str | None:
+    if scenario.model.name is None:
+        return "model.name (the Hugging Face id) is not set"
+    if scenario.hardware.system is None:
+        return "hardware.system (the GPU system in the timing databases) is not set"
+    return None
+
+
+def build_timer(scenario, max_context_tokens: int | None = None):
+    """``(timer, TimingChoice)`` for one instance of ``scenario``.
+
+    Raises :class:`~agentsim.errors.InputError` (naming ``serving.timing``) when measured timing is
+    required but unavailable."""
+    mode = scenario.serving.timing
+    if mode == "roofline":
+        return roofline_timer(scenario), TimingChoice("roofline", "serving.timing is roofline", None)
+    reason = _why_not_measured(scenario)
+    deployment = None
+    if reason is None:
+        deployment = deployment_of(scenario, max_context_tokens)
+        try:
+            tables = _tables(deployment)
+        except TimingDataUnavailable as exc:
+            reason = str(exc)
+        else:
+            _, _, dp, _, _ = parallelism(scenario)
+            timer = TabulatedTimer(tables, scenario.model.kv_bytes_per_token, scenario.serving.prefill_chunk_tokens,
+                                   attention_dp=dp, overhead_s=ENGINE_OVERHEAD_S[scenario.serving.engine])
+            return timer, TimingChoice("measured", tables.provenance, deployment.describe())
+    if mode == "measured":
+        raise InputError(f"serving.timing is measured but {reason}", location="serving.timing")
+    return roofline_timer(scenario), TimingChoice("roofline", f"measured timing unavailable: {reason}",
+                                                  deployment.describe() if deployment else None)
