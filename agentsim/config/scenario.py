@@ -194,6 +194,35 @@ class ServingConfig(Strict):
     router: str = Field("least_loaded", description="how requests pick an instance: round_robin, least_loaded, prefix_affinity")
     router_params: dict[str, Any] = Field(default_factory=dict, description="router parameters (prefix_affinity: load_penalty_tokens)")
     sticky_sessions: bool = Field(False, description="send every call of a session to the instance that served its first call")
+    # --- engine-style KV admission (agentsim.cluster.serving.kv_admission) -----------------------
+    engine: Literal["vllm", "sglang", "trtllm"] = Field("vllm", description="serving engine whose scheduler is emulated (KV admission and preemption)")
+    kv_admission: Literal["vllm", "sglang", "trtllm", "reserve_full"] | None = Field(
+        None, description="KV admission rule; default: the engine's (reserve_full: every prompt and output block reserved at admission, never preempted)")
+    preemption: Literal["recompute", "swap"] = Field("recompute", description="vllm rule: a preempted request's KV is dropped and recomputed, or swapped to the DRAM tier")
+    init_new_token_ratio: float = Field(0.7, gt=0, le=1, description="sglang rule: share of the running requests' remaining output reserved, at start and after a retraction")
+    min_new_token_ratio: float = Field(0.1, gt=0, le=1, description="sglang rule: the share decays to this")
+    new_token_ratio_decay: float = Field(0.001, ge=0, description="sglang rule: decay of the share per decode step")
+    max_num_seqs: int | None = Field(None, gt=0, description="engine name for max_batch_requests (overrides it when set)")
+    max_num_batched_tokens: int | None = Field(None, gt=0, description="engine name for prefill_chunk_tokens (overrides it when set)")
+
+    @model_validator(mode="after")
+    def _ratios(self):
+        if self.min_new_token_ratio > self.init_new_token_ratio:
+            raise FieldError(("min_new_token_ratio",), f"min_new_token_ratio ({self.min_new_token_ratio:g}) exceeds "
+                             f"init_new_token_ratio ({self.init_new_token_ratio:g})")
+        return self
+
+    def kv_admission_rule(self) -> str:
+        """The KV admission rule in force: ``kv_admission`` or else the engine's."""
+        return self.kv_admission or self.engine
+
+    def batch_requests(self) -> int:
+        """Most requests in one batch (``max_num_seqs`` over ``max_batch_requests``)."""
+        return self.max_num_seqs or self.max_batch_requests
+
+    def batch_tokens(self) -> int:
+        """Token budget per iteration (``max_num_batched_tokens`` over ``prefill_chunk_tokens``)."""
+        return self.max_num_batched_tokens or self.prefill_chunk_tokens
 
 
 class Arrival(Strict):
