@@ -44,3 +44,19 @@ class LLMRequest:
     tier_hit_tokens: dict = field(default_factory=dict)
     loaded_bytes: float = 0.0
     load_done_s: float = float("nan")
+    # Engine-style KV admission (agentsim.cluster.serving.kv_admission): preemptions of this
+    # call, the tokens they made it compute again, and where a preempted call resumes.
+    preemptions: int = 0
+    swap_preemptions: int = 0
+    preempted_recompute_tokens: int = 0
+    resume_tokens: int = 0          # KV tokens (prompt + output so far) it had when last preempted
+    resume_output_left: int = -1    # output tokens still to produce then; -1: never preempted
+    # Time in the waiting queue by cause (seconds; they sum to the time it spent waiting):
+    # no batch slot, no KV memory, held by its own prefetch or return prefetch, the iteration
+    # in progress; then, once admitted, waiting for its first prefill chunk.
+    queue_slot_s: float = 0.0
+    queue_kv_s: float = 0.0
+    queue_load_s: float = 0.0
+    queue_step_s: float = 0.0
+    queue_chunk_s: float = float("nan")
+    queue_mark: tuple = ()          # the instance's cumulative cause clocks when it (re)entered the queue

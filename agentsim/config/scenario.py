@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentsim.config.units import Bytes, BytesPerSecond, Count, FlopsPerSecond, Seconds
 from agentsim.errors import FieldError, did_you_mean
@@ -254,11 +254,10 @@ class Precision(Strict):
 
 
 class ServingConfig(Strict):
-    max_batch_requests: int = Field(128, gt=0, validation_alias=AliasChoices("max_batch_requests", "max_num_seqs"),
-                                    description="most requests in one running batch (alias max_num_seqs)")
-    prefill_chunk_tokens: int = Field(8192, gt=0, validation_alias=AliasChoices("prefill_chunk_tokens", "max_num_batched_tokens"),
-                                      description="chunked prefill: token budget per iteration (alias max_num_batched_tokens)")
-    engine: Literal["vllm", "sglang", "trtllm"] = Field("vllm", description="serving engine whose kernels and scheduling are modelled")
+    max_batch_requests: int = Field(128, gt=0, description="most requests in one running batch (engine name: max_num_seqs)")
+    prefill_chunk_tokens: int = Field(8192, gt=0, description="chunked prefill: token budget per iteration (engine name: max_num_batched_tokens)")
+    engine: Literal["vllm", "sglang", "trtllm"] = Field(
+        "vllm", description="serving engine whose kernels (measured timing) and scheduler (KV admission, preemption) are modelled")
     engine_version: str | None = Field(None, description="engine version in the timing databases (absent: the newest complete one)")
     timing: Literal["auto", "measured", "roofline"] = Field(
         "auto", description="step timing: measured (aiconfigurator-core databases; error if they lack the deployment), "
@@ -269,6 +268,37 @@ class ServingConfig(Strict):
                         "session_affinity, least_loaded, round_robin (see `agentsim policies`, docs/routing.md)")
     router_params: dict[str, Any] = Field(default_factory=dict, description="the router's parameters (its Params; see `agentsim policies`)")
     sticky_sessions: bool = Field(False, description="send every call of a session to the instance that served its first call")
+    # --- engine-style KV admission (agentsim.cluster.serving.kv_admission) -----------------------
+    kv_admission: Literal["vllm", "sglang", "trtllm", "reserve_full"] | None = Field(
+        None, description="KV admission rule; default: the engine's (reserve_full: every prompt and output block reserved at admission, never preempted)")
+    preemption: Literal["recompute", "swap"] = Field("recompute", description="vllm rule: a preempted request's KV is dropped and recomputed, or swapped to the DRAM tier")
+    init_new_token_ratio: float = Field(0.7, gt=0, le=1, description="sglang rule: share of the running requests' remaining output reserved, at start and after a retraction")
+    min_new_token_ratio: float = Field(0.1, gt=0, le=1, description="sglang rule: the share decays to this")
+    new_token_ratio_decay: float = Field(0.001, ge=0, description="sglang rule: decay of the share per decode step")
+    max_num_seqs: int | None = Field(None, gt=0, description="engine name for max_batch_requests (overrides it when set)")
+    max_num_batched_tokens: int | None = Field(None, gt=0, description="engine name for prefill_chunk_tokens (overrides it when set)")
+
+    @model_validator(mode="after")
+    def _ratios(self):
+        if self.min_new_token_ratio > self.init_new_token_ratio:
+            raise FieldError(("min_new_token_ratio",), f"min_new_token_ratio ({self.min_new_token_ratio:g}) exceeds "
+                             f"init_new_token_ratio ({self.init_new_token_ratio:g})")
+        return self
+
+    def kv_admission_rule(self) -> str:
+        """The KV admission rule in force: ``kv_admission``, else ``reserve_full``.
+
+        The engines' own rules are opt-in until the vllm rule's growth accounting passes the
+        capacity-invariant property test (it can commit more blocks than it reserved)."""
+        return self.kv_admission or "reserve_full"
+
+    def batch_requests(self) -> int:
+        """Most requests in one batch (``max_num_seqs`` over ``max_batch_requests``)."""
+        return self.max_num_seqs or self.max_batch_requests
+
+    def batch_tokens(self) -> int:
+        """Token budget per iteration (``max_num_batched_tokens`` over ``prefill_chunk_tokens``)."""
+        return self.max_num_batched_tokens or self.prefill_chunk_tokens
 
 
 class Arrival(Strict):

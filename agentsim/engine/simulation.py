@@ -16,6 +16,7 @@ import simpy
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.radix import RadixCache
 from agentsim.cluster.serving.instance import ServingInstance
+from agentsim.cluster.serving.kv_admission import make_kv_admission
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.routers import make_router
 from agentsim.engine.hierarchy import Hierarchy, load_breakdown
@@ -124,10 +125,12 @@ class Simulation:
             else:
                 cache = RadixCache(self.capacity_blocks, EVICTION_POLICIES.create(policy_ref.name, policy_ref.params),
                                    name="hbm")
+            serving = scenario.serving
             self.instances.append(ServingInstance(
                 self.env, index, cache, self.cost, self.block_tokens,
-                scenario.serving.max_batch_requests, scenario.serving.prefill_chunk_tokens,
-                on_finish=self._on_finish, check_invariants=scenario.run.check_invariants, **extra,
+                serving.batch_requests(), serving.batch_tokens(),
+                on_finish=self._on_finish, check_invariants=scenario.run.check_invariants,
+                kv_rule=make_kv_admission(serving, self.block_tokens), preemption=serving.preemption, **extra,
             ))
         if self.hierarchy is not None:
             self.hierarchy.connect_peers(self.instances)

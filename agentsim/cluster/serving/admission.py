@@ -26,15 +26,26 @@ from agentsim.cache.tiers import TieredCache
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.serving.batch import Running
 from agentsim.cluster.serving.movement import below_hbm_segments
+from agentsim.cluster.serving.queue_causes import KV, LOAD, SLOT, STEP
+
+
+def demand(req: LLMRequest, block_tokens: int) -> tuple[list[int], int, int]:
+    """(keys to match, tokens whose KV it needs before producing its next token, output tokens
+    left) of a waiting request: its prompt, or after a preemption its prompt and output so far."""
+    if req.resume_output_left < 0:
+        return req.prompt_keys, req.prompt_tokens, req.output_tokens
+    tokens = req.resume_tokens
+    return req.total_keys[:tokens // block_tokens], tokens, req.resume_output_left
 
 
 class Admission:
-    """Admits waiting requests into the batch of ``host`` while they fit."""
+    """Admits waiting requests into the batch of ``host`` while they fit; :meth:`admit`
+    returns why the rest waits (a :mod:`~agentsim.cluster.serving.queue_causes` cause)."""
 
     def __init__(self, host):
         self.host = host
 
-    def admit(self) -> None:
+    def admit(self) -> int:
         raise NotImplementedError
 
     def _reject(self, req: LLMRequest, now: float) -> None:
@@ -42,11 +53,49 @@ class Admission:
         req.finish_s = now
         self.host.on_finish(req)
 
+    def _admitted(self, req: LLMRequest, state: Running, now: float, sequence_tokens: int) -> None:
+        """Bookkeeping of an admission (first or after a preemption)."""
+        host = self.host
+        host.queue_causes.charge(req, now)
+        state.chunk_wait = now
+        if req.admitted_s != req.admitted_s:   # first admission (nan)
+            req.admitted_s = now
+        if req.resume_output_left >= 0:
+            resume(req, state, sequence_tokens)
+
+
+def resume(req: LLMRequest, state: Running, sequence_tokens: int) -> None:
+    """Turn a re-admitted request's state into a re-prefill of its prompt and output so far.
+
+    The request's hit and prefilled tokens describe this last admission of its prompt (they
+    still sum to the prompt); tokens it had computed before and now computes again are counted
+    in ``preempted_recompute_tokens``."""
+    hit = state.context_tokens               # the hit of this admission, over prompt + output so far
+    # As at a first admission, at most prompt - 1 prompt tokens count as hit.
+    prompt_hit = hit if hit < req.prompt_tokens - 1 else req.prompt_tokens - 1
+    trimmed = hit - prompt_hit
+    req.hit_tokens = prompt_hit
+    req.prefilled_tokens = 0
+    if trimmed and req.tier_hit_tokens:
+        # Hits past the prompt (output blocks of the preempted run) are not prompt hits:
+        # take them off the deepest tiers first (they are at the end of the path).
+        for name in reversed(list(req.tier_hit_tokens)):
+            take = min(trimmed, req.tier_hit_tokens[name])
+            req.tier_hit_tokens[name] -= take
+            trimmed -= take
+            if not trimmed:
+                break
+    req.preempted_recompute_tokens += max(0, req.resume_tokens - hit)
+    state.prefill_left = sequence_tokens - hit
+    state.output_left = req.resume_output_left
+    state.resumed = True
+    state.prompt_left = req.prompt_tokens - prompt_hit
+
 
 class PlainAdmission(Admission):
     """FCFS admission over a single-tier radix cache."""
 
-    def admit(self) -> None:
+    def admit(self) -> int:
         host = self.host
         cache = host.cache
         now = host.env.now
@@ -54,6 +103,11 @@ class PlainAdmission(Admission):
         waiting = host.waiting
         batch = host.batch
         max_batch = host.max_batch
+        rule = host.kv_rule
+        if not waiting:
+            return STEP
+        if not rule.begin_pass(host):
+            return KV
         while waiting and len(batch.running) < max_batch:
             req = waiting[0]
             total_blocks = -(-(req.prompt_tokens + req.output_tokens) // block_tokens)
@@ -61,23 +115,27 @@ class PlainAdmission(Admission):
                 waiting.popleft()
                 self._reject(req, now)
                 continue
-            match = cache.match(req.prompt_keys, now)
+            keys, tokens, output_left = demand(req, block_tokens)
+            match = cache.match(keys, now)
             cached = match.hit_blocks
             cache.pin(match.node)
-            need = total_blocks - cached
-            if not cache.reserve(need, now):
-                cache.unpin(match.node)
-                break
-            waiting.popleft()
-            # At least one prompt token is always computed (it produces the first output token).
-            # (min(cached tokens, prompt - 1), spelled as a comparison: the builtin's argument
+            need = rule.blocks_at_admission(tokens, total_blocks) - cached
+            # At least one token is always computed (it produces the next output token).
+            # (min(cached tokens, tokens - 1), spelled as a comparison: the builtin's argument
             # parsing is costly on this path.)
             hit_tokens = cached * block_tokens
-            if req.prompt_tokens - 1 < hit_tokens:
-                hit_tokens = req.prompt_tokens - 1
+            if tokens - 1 < hit_tokens:
+                hit_tokens = tokens - 1
+            if not rule.admits(need, tokens - hit_tokens, output_left, total_blocks - cached - need) \
+                    or not cache.reserve(need, now):
+                cache.unpin(match.node)
+                return KV
+            waiting.popleft()
             req.hit_tokens = hit_tokens
-            req.admitted_s = now
-            batch.join(Running(req, match.node, cached, need, hit_tokens))
+            state = Running(req, match.node, cached, need, hit_tokens)
+            self._admitted(req, state, now, tokens)
+            batch.join(state)
+        return SLOT if waiting else STEP
 
 
 class TieredAdmission(Admission):
@@ -90,11 +148,14 @@ class TieredAdmission(Admission):
         #: return prefetch in flight): admission then skips them instead of taking the head.
         self.holds = host.prefetcher is not None or (host.tool_gap is not None and host.tool_gap.holds)
 
-    def admit(self) -> None:
-        if self.holds:
-            self._admit_with_holds()
-            return
+    def admit(self) -> int:
         host = self.host
+        if not host.waiting:
+            return STEP
+        if not host.kv_rule.begin_pass(host):
+            return KV
+        if self.holds:
+            return self._admit_with_holds()
         cache = host.cache
         now = host.env.now
         block_tokens = host.block_tokens
@@ -107,9 +168,10 @@ class TieredAdmission(Admission):
                 self._reject(req, now)
                 continue
             if not self._admit_one(req, total_blocks, now):
-                break
+                return KV
+        return SLOT if waiting else STEP
 
-    def _admit_with_holds(self) -> None:
+    def _admit_with_holds(self) -> int:
         """FCFS among the ready waiting requests, skipping held ones."""
         host = self.host
         cache = host.cache
@@ -130,7 +192,10 @@ class TieredAdmission(Admission):
                 self._reject(req, now)
                 continue
             if not self._admit_one(req, total_blocks, now, index=i):
-                break
+                return KV
+        if i < len(waiting):
+            return SLOT
+        return LOAD if waiting else STEP
 
     def _ready(self, req: LLMRequest, now: float) -> bool:
         host = self.host
@@ -148,7 +213,8 @@ class TieredAdmission(Admission):
         cost = host.cost
         bt = host.block_tokens
         prefetcher = host.prefetcher
-        match = cache.match(req.prompt_keys, now)
+        keys, tokens, output_left = demand(req, bt)
+        match = cache.match(keys, now)
         hbm_node, hbm_blocks = cache.hbm_prefix(match.node)
         segments = below_hbm_segments(cache, hbm_node, match.node) if match.hit_blocks > hbm_blocks else []
         if prefetcher is not None:
@@ -164,10 +230,10 @@ class TieredAdmission(Admission):
         if host.peers and host.links is not None:
             best = 0
             for peer in host.peers:
-                best = max(best, peer.cache.peek(req.prompt_keys)[0])
+                best = max(best, peer.cache.peek(keys)[0])
             if best > matched_blocks:
                 peer_blocks = best - matched_blocks
-        usable = max(0, (req.prompt_tokens - 1) // bt)  # at least one prompt token is computed
+        usable = max(0, (tokens - 1) // bt)  # at least one token is computed
         # Options: load the first k segments (peer blocks count as a last segment).
         names = [cache.tiers[seg[0]].name for seg in segments]
         sizes = [seg[1] for seg in segments]
@@ -190,8 +256,12 @@ class TieredAdmission(Admission):
         deepest = segments[local_k - 1][2] if local_k else hbm_node
         load_blocks = cache.begin_load(deepest) if local_k else 0
         cache.pin(deepest)
-        need = total_blocks - hbm_blocks
-        if not cache.reserve(need, now):
+        need = host.kv_rule.blocks_at_admission(tokens, total_blocks) - hbm_blocks
+        peer_used = peer_blocks if k > len(segments) else 0
+        cached = hbm_blocks + load_blocks
+        hit_tokens = min((cached + peer_used) * bt, tokens - 1)
+        if not host.kv_rule.admits(need, tokens - hit_tokens, output_left, total_blocks - hbm_blocks - need) \
+                or not cache.reserve(need, now):
             cache.unpin(deepest)
             if load_blocks:
                 cache.cancel_load(deepest)
@@ -201,11 +271,9 @@ class TieredAdmission(Admission):
         else:
             host.waiting.popleft()
         pf = prefetcher.end(req) if prefetcher is not None else None
-        peer_used = peer_blocks if k > len(segments) else 0
-        cached = hbm_blocks + load_blocks
-        hit_tokens = min((cached + peer_used) * bt, req.prompt_tokens - 1)
         req.hit_tokens = hit_tokens
-        req.admitted_s = now
+        if req.resume_output_left >= 0:
+            req.tier_hit_tokens = {}
         tier_hits = req.tier_hit_tokens
         tier_hits["hbm"] = min(hbm_blocks * bt, hit_tokens)
         remaining = hit_tokens - tier_hits["hbm"]
@@ -227,6 +295,7 @@ class TieredAdmission(Admission):
                     tier_hits[origin] = tier_hits.get(origin, 0) + moved
                     host.tier_stats["prefetch_served_tokens"] += moved
         state = Running(req, deepest, cached, need - load_blocks, hit_tokens)
+        self._admitted(req, state, now, tokens)
         if jobs:
             state.loaded = False
         host.batch.join(state)

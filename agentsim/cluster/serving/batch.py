@@ -21,7 +21,8 @@ class Running:
     """
 
     __slots__ = ("req", "node", "cached_blocks", "reserved_blocks", "prefill_left", "context_tokens", "output_left",
-                 "loaded", "prefill_done_s", "seq", "ctx_base", "finish_clock")
+                 "loaded", "prefill_done_s", "seq", "ctx_base", "finish_clock", "decoding", "gone", "cover_clock",
+                 "resumed", "prompt_left", "chunk_wait")
 
     def __init__(self, req: LLMRequest, node: Node, cached_blocks: int, reserved_blocks: int, hit_tokens: int):
         self.seq = 0  # admission order on the instance (set when it joins the batch)
@@ -34,6 +35,20 @@ class Running:
         self.output_left = req.output_tokens
         self.loaded = True
         self.prefill_done_s = float("nan")
+        self.decoding = False     # in the decoding set (counters relative to its clock)
+        self.gone = False         # left the batch early (preempted)
+        self.cover_clock = 0      # decoding clock up to which its KV blocks suffice (growing rules)
+        self.resumed = False      # re-admitted after a preemption
+        self.prompt_left = 0      # resumed: prompt tokens of its re-prefill still to count as prefilled
+        self.chunk_wait = None    # admission time until its first prefill chunk is scheduled
+
+    def output_left_at(self, clock: int) -> int:
+        """Output tokens still to produce, at decoding clock ``clock``."""
+        return self.finish_clock - clock if self.decoding else self.output_left
+
+    def held_blocks(self) -> int:
+        """KV blocks it holds in HBM: its cached prefix plus its reservation."""
+        return self.cached_blocks + self.reserved_blocks
 
 
 class DecodingSet:
@@ -49,7 +64,7 @@ class DecodingSet:
     grow with the batch size.
     """
 
-    __slots__ = ("clock", "count", "ctx_base_sum", "finish_heap", "pending")
+    __slots__ = ("clock", "count", "ctx_base_sum", "finish_heap", "pending", "on_add")
 
     def __init__(self):
         self.clock = 0
@@ -59,6 +74,8 @@ class DecodingSet:
         #: Requests whose load arrived during an iteration: they join after that iteration's
         #: step (see :meth:`flush`), not taking a step they were not part of.
         self.pending: list[Running] = []
+        #: Called with each request that starts decoding (KV growth watches its blocks).
+        self.on_add = None
 
     def flush(self) -> None:
         """Add the requests that became ready during the last iteration."""
@@ -71,9 +88,24 @@ class DecodingSet:
         """``state`` starts decoding now with its current context and output left."""
         state.ctx_base = state.context_tokens - self.clock
         state.finish_clock = state.output_left + self.clock
+        state.decoding = True
         self.count += 1
         self.ctx_base_sum += state.ctx_base
         heapq.heappush(self.finish_heap, (state.finish_clock, state.seq, state))
+        if self.on_add is not None:
+            self.on_add(state)
+
+    def remove(self, state: Running) -> None:
+        """Take ``state`` out early (preemption); its counters are materialised. Its heap entry
+        is dropped lazily (``gone`` is set by the caller)."""
+        self.count -= 1
+        self.ctx_base_sum -= state.ctx_base
+        state.context_tokens = state.ctx_base + self.clock
+        state.output_left = state.finish_clock - self.clock
+        state.decoding = False
+        heap = self.finish_heap
+        while heap and heap[0][2].gone:
+            heapq.heappop(heap)
 
     def context_tokens(self) -> int:
         return self.ctx_base_sum + self.count * self.clock
@@ -87,6 +119,9 @@ class DecodingSet:
         done = []
         while heap and heap[0][0] <= self.clock:
             state = heapq.heappop(heap)[2]
+            if state.gone:
+                continue
+            state.decoding = False
             self.count -= 1
             self.ctx_base_sum -= state.ctx_base
             # Materialise its counters (as a per-request scan would have left them).
@@ -95,6 +130,8 @@ class DecodingSet:
             done.append(state)
         if len(done) > 1:
             done.sort(key=lambda st: st.seq)
+        while heap and heap[0][2].gone:
+            heapq.heappop(heap)
         return done
 
 
@@ -126,6 +163,15 @@ class Batch:
     def drop_finished_prefills(self) -> None:
         """Forget the prefilling requests whose prefill is done (after an iteration)."""
         self.prefilling = [s for s in self.prefilling if s.prefill_left > 0]
+
+    def remove(self, state: Running) -> None:
+        """Take ``state`` out of the batch before it finished (preemption)."""
+        state.gone = True
+        self.running.remove(state)
+        if state.decoding:
+            self.decoding.remove(state)
+        elif state.prefill_left > 0:
+            self.prefilling.remove(state)
 
     def pop_finished(self) -> list[Running]:
         """Remove and return the decoding requests with no output left, in admission order."""

@@ -27,9 +27,12 @@ from agentsim.cache.tiers import TieredCache
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.serving.admission import PlainAdmission, TieredAdmission
 from agentsim.cluster.serving.batch import Batch, Running
+from agentsim.cluster.serving.kv_admission import KvAdmissionRule, VllmOnDemand
+from agentsim.cluster.serving.kv_growth import KvGrowth
 from agentsim.cluster.serving.load_rules import CostModelRule, LoadRule
 from agentsim.cluster.serving.movement import load_along_path
 from agentsim.cluster.serving.prefetch import Prefetcher
+from agentsim.cluster.serving.queue_causes import QueueCauses
 from agentsim.cluster.serving.toolgap import ToolGapMover
 
 
@@ -59,7 +62,7 @@ class ServingInstance:
                  block_tokens: int, max_batch_requests: int, prefill_chunk_tokens: int,
                  on_finish: Callable[[LLMRequest], None], check_invariants: bool = False,
                  links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None,
-                 tiers_config=None):
+                 tiers_config=None, kv_rule: KvAdmissionRule | None = None, preemption: str = "recompute"):
         self.env = env
         self.instance_id = instance_id
         self.cache = cache
@@ -102,11 +105,22 @@ class ServingInstance:
             if demote or return_prefetch:
                 self.tool_gap = ToolGapMover(self, demote, return_prefetch, float(tiers_config.return_lead_s))
         self.admission = TieredAdmission(self) if self.tiered else PlainAdmission(self)
+        # Engine-style KV admission: the rule, on-demand growth of decoding requests' blocks
+        # and preemption (see kv_admission and kv_growth).
+        self.kv_rule = kv_rule if kv_rule is not None else VllmOnDemand(None, block_tokens)
+        self.swap_preemption = (preemption == "swap" and self.tiered and len(cache.tiers) > 1
+                                and cache.tiers[1].name == "dram")
+        self.kv_stats = {"preemptions": 0, "recompute_preemptions": 0, "swap_preemptions": 0, "swapped_out_blocks": 0}
+        self.growth = KvGrowth(self) if self.kv_rule.grows else None
+        if self.growth is not None:
+            self.batch.decoding.on_add = self.growth.track
+        self.queue_causes = QueueCauses()
         self.process = env.process(self._loop())
 
     # --- interface for the router ----------------------------------------------------------
     def submit(self, request: LLMRequest) -> None:
         request.instance = self.instance_id
+        request.queue_mark = self.queue_causes.mark(self.env.now)
         self.waiting.append(request)
         if self.prefetcher is not None:
             self.prefetcher.start(request)
@@ -122,14 +136,20 @@ class ServingInstance:
     def load(self) -> int:
         return len(self.waiting) + len(self.batch.running)
 
+    def requeue(self, request: LLMRequest) -> None:
+        """Put a preempted request back at the front of the waiting queue."""
+        request.queue_mark = self.queue_causes.mark(self.env.now)
+        self.waiting.appendleft(request)
+
     def wake(self) -> None:
         """Let the batch loop reconsider the waiting requests (a hold may have ended)."""
         if not self._wakeup.triggered:
             self._wakeup.succeed()
 
     def _admit(self) -> None:
-        """Admit waiting requests while they fit (the admission object decides)."""
-        self.admission.admit()
+        """Admit waiting requests while they fit (the admission object decides); the cause
+        that stopped it is what the rest of the queue now waits for."""
+        self.queue_causes.set(self.admission.admit(), self.env.now)
 
     # --- memory hierarchy ---------------------------------------------------------------------
     def _on_cache_transfer(self, src: str, dst: str, n_blocks: int) -> None:
@@ -157,7 +177,8 @@ class ServingInstance:
         state.loaded = True
         self.loading -= 1
         if state.prefill_left == 0:  # overlapped prefill already finished: first token now
-            req.first_token_s = now
+            if req.first_token_s != req.first_token_s:
+                req.first_token_s = now
             state.output_left -= 1
             state.context_tokens += 1
             self.batch.decoding.pending.append(state)  # joins after the iteration in progress, if any
@@ -205,6 +226,8 @@ class ServingInstance:
         cost = self.cost
         batch = self.batch
         decoding = batch.decoding
+        growth = self.growth
+        kv_stats = self.kv_stats
         while True:
             self._admit()
             decoding.flush()
@@ -212,6 +235,7 @@ class ServingInstance:
             if self._wakeup.triggered:
                 self._wakeup = env.event()
             if not batch.running:
+                self.kv_rule.on_idle()
                 yield self._wakeup
                 continue
             if self.loading:
@@ -221,10 +245,18 @@ class ServingInstance:
                     continue
             else:
                 prefilling = batch.prefilling
+            covered = 0
+            if growth is not None and decoding.count:
+                # The decoding requests need blocks for the coming step(s); preempting changes
+                # the batch, so the loop starts over (admission, then this again).
+                preempted = kv_stats["preemptions"]
+                covered = growth.ensure(1 if prefilling else decoding.min_output_left())
+                if kv_stats["preemptions"] != preempted:
+                    continue
             if prefilling:
                 yield from self._prefill_iteration(prefilling, cost)
             else:
-                yield from self._decode_stretch(cost)
+                yield from self._decode_stretch(cost, covered)
             decoding.flush()
             self._complete()
 
@@ -237,6 +269,7 @@ class ServingInstance:
             budget = 1
         chunks = []        # (state, new tokens)
         work = []          # (new tokens, context before the chunk): what the step timer needs
+        start = env.now
         for state in prefilling:
             if budget <= 0:
                 break
@@ -244,6 +277,8 @@ class ServingInstance:
             budget -= n
             chunks.append((state, n))
             work.append((n, state.context_tokens))
+            if state.chunk_wait is not None:
+                self._first_chunk(state, start)
         duration = cost.iteration_s(work, n_decoding, decoding.context_tokens())
         yield env.timeout(duration)
         self.busy_s += duration
@@ -251,28 +286,53 @@ class ServingInstance:
         now = env.now
         decoding.clock += 1  # the decoding requests' step; those finishing prefill now join after it
         prefill_done = False
+        if n_decoding:
+            self.kv_rule.on_decode_steps(1)
         for state, n in chunks:
             state.prefill_left -= n
-            state.req.prefilled_tokens += n
+            if state.resumed:
+                # A re-prefill after a preemption: only its prompt part counts as prefilled.
+                k = n if n < state.prompt_left else state.prompt_left
+                state.prompt_left -= k
+                state.req.prefilled_tokens += k
+            else:
+                state.req.prefilled_tokens += n
             state.context_tokens += n
             if state.prefill_left == 0:
                 prefill_done = True
                 state.prefill_done_s = now
                 if state.loaded:
-                    state.req.first_token_s = now
+                    if state.req.first_token_s != state.req.first_token_s:   # nan: none yet
+                        state.req.first_token_s = now
                     state.output_left -= 1
                     state.context_tokens += 1
                     decoding.add(state)
         if prefill_done:
             self.batch.drop_finished_prefills()
 
-    def _decode_stretch(self, cost: StepTimer):
+    def _first_chunk(self, state: Running, start_s: float) -> None:
+        """``state`` gets its first prefill chunk at ``start_s``: record how long it waited for
+        the chunk budget since it was admitted (or since its load ended, if it waited for it)."""
+        req = state.req
+        ready = state.chunk_wait
+        done = req.load_done_s
+        if not self.overlap_layers and done == done and done > ready:
+            ready = done
+        waited = start_s - ready
+        req.queue_chunk_s = waited if req.queue_chunk_s != req.queue_chunk_s else req.queue_chunk_s + waited
+        state.chunk_wait = None
+
+    def _decode_stretch(self, cost: StepTimer, covered_steps: int = 0):
+        """Decode-only steps up to the next completion (or, with on-demand KV blocks, up to
+        ``covered_steps``, where the blocks end), cut short at a step boundary by an arrival."""
         env = self.env
         # Only decoding requests are left (no prefill is possible now), loads aside.
         decoding = self.batch.decoding
         n = decoding.count
         context = decoding.context_tokens()
         steps = decoding.min_output_left()
+        if covered_steps and covered_steps < steps:
+            steps = covered_steps
         start = env.now
         full_s = cost.decode_stretch_s(n, context, steps)
         timeout = env.timeout(full_s)
@@ -291,3 +351,4 @@ class ServingInstance:
         self.busy_s += env.now - start
         self.iterations += steps
         decoding.clock += steps
+        self.kv_rule.on_decode_steps(steps)

@@ -60,7 +60,7 @@ def deployment_of(scenario, max_context_tokens: int | None = None) -> Deployment
         model=canonical_model(scenario.model.name), system=scenario.hardware.system, backend=serving.engine,
         backend_version=serving.engine_version, tp=tp, pp=pp, attention_dp=dp, moe_tp=moe_tp, moe_ep=moe_ep,
         gemm_quant=precision.weights, moe_quant=precision.moe, kv_quant=precision.kv_cache, fmha_quant=precision.attention,
-        max_num_tokens=serving.prefill_chunk_tokens, max_num_seqs=max(serving.max_batch_requests, 8),
+        max_num_tokens=serving.batch_tokens(), max_num_seqs=max(serving.batch_requests(), 8),
         max_context_tokens=max_context_tokens or max(contexts + [8192]))
 
 
@@ -92,7 +92,7 @@ def roofline_timer(scenario) -> RooflineTimer:
         attn_coeff=model.attn_coeff,
         decode_attn_coeff=model.decode_attn_coeff if model.decode_attn_coeff is not None else model.attn_coeff,
         kv_bytes_per_token=model.kv_bytes_per_token, flops_per_s=gpus * peak * hw.mfu_prefill,
-        bytes_per_s=gpus * hw.hbm_bandwidth_bytes_per_s * hw.mbu_decode, chunk_tokens=serving.prefill_chunk_tokens,
+        bytes_per_s=gpus * hw.hbm_bandwidth_bytes_per_s * hw.mbu_decode, chunk_tokens=serving.batch_tokens(),
         routed_experts=model.routed_experts, experts_per_token=model.experts_per_token, layers=model.layers,
         hidden_size=model.hidden_size, tp=tp, link_bytes_per_s=hw.nvlink_bytes_per_s,
         overhead_s=ENGINE_OVERHEAD_S[serving.engine])
@@ -124,7 +124,7 @@ def build_timer(scenario, max_context_tokens: int | None = None):
             reason = str(exc)
         else:
             _, _, dp, _, _ = parallelism(scenario)
-            timer = TabulatedTimer(tables, scenario.model.kv_bytes_per_token, scenario.serving.prefill_chunk_tokens,
+            timer = TabulatedTimer(tables, scenario.model.kv_bytes_per_token, scenario.serving.batch_tokens(),
                                    attention_dp=dp, overhead_s=ENGINE_OVERHEAD_S[scenario.serving.engine])
             return timer, TimingChoice("measured", tables.provenance, deployment.describe())
     if mode == "measured":

@@ -1,0 +1,125 @@
+"""On-demand KV blocks for decoding requests, and preemption when none can be had.
+
+Decoding requests advance on one shared clock (:class:`~agentsim.cluster.serving.batch.DecodingSet`),
+so their block needs are tracked the same way: each has a ``cover_clock``, the clock up to
+which the blocks it holds suffice, and a heap gives the earliest. Before the batch takes
+``steps`` steps, :meth:`KvGrowth.ensure` grows every request whose cover ends sooner, by up to
+``GROWTH_HORIZON_BLOCKS`` blocks at a time (one event per few blocks, not per token); if that
+cannot be had it asks for the one block the next step needs, and only if even that fails does it
+preempt (the rule picks the victim) and retry. It returns how many steps the blocks now cover.
+
+A preempted request leaves the batch at once: the full blocks it computed are committed to the
+cache unpinned (so its re-admission may hit them, as vLLM keeps freed blocks hashed), the rest
+of its reservation is released, and it goes back to the front of the waiting queue to prefill
+its prompt and the output so far again. With ``preemption: swap`` and a DRAM tier its private
+blocks are swapped out to DRAM after the commit, so re-admission can load them back.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from agentsim.cluster.serving.batch import Running
+
+#: Blocks a growth step adds at most per request (ahead of need): bounds both the events per
+#: decoded token and the KV held ahead of need (vLLM allocates exactly per step).
+GROWTH_HORIZON_BLOCKS = 4
+
+
+class KvGrowth:
+    """Block growth and preemption of one instance. Uses of its instance: ``env``, ``cache``,
+    ``batch``, ``block_tokens``, ``waiting``, ``kv_rule``, ``kv_stats``, ``swap_preemption``,
+    ``check_invariants`` and ``requeue()``."""
+
+    def __init__(self, host):
+        self.host = host
+        self.heap: list[tuple[int, int, Running]] = []
+        self.horizon_steps = GROWTH_HORIZON_BLOCKS * host.block_tokens
+
+    def track(self, state: Running) -> None:
+        """``state`` has started decoding: watch when its blocks run out."""
+        cover = state.held_blocks() * self.host.block_tokens - state.ctx_base
+        state.cover_clock = cover
+        if cover < state.finish_clock:
+            heapq.heappush(self.heap, (cover, state.seq, state))
+
+    def ensure(self, steps: int) -> int:
+        """Have the decoding requests' blocks cover the next ``steps`` steps if they can (at
+        least the next one, preempting if need be); returns the steps covered (0: none decode)."""
+        host = self.host
+        decoding = host.batch.decoding
+        heap = self.heap
+        clock = decoding.clock
+        bt = host.block_tokens
+        horizon = steps if steps < self.horizon_steps else self.horizon_steps
+        target = clock + horizon
+        while heap:
+            cover, _, state = heap[0]
+            if state.gone or not state.decoding or cover != state.cover_clock:
+                heapq.heappop(heap)
+                continue
+            if cover >= target:
+                break
+            want = target if target < state.finish_clock else state.finish_clock
+            held = state.held_blocks()
+            grow = -(-(want + state.ctx_base) // bt) - held
+            if not host.cache.reserve(grow, host.env.now):
+                if cover > clock:
+                    break    # the next step is covered; the stretch ends where the blocks do
+                grow = -(-(clock + 1 + state.ctx_base) // bt) - held
+                if not host.cache.reserve(grow, host.env.now):
+                    self.preempt_for(state)
+                    clock = decoding.clock
+                    continue
+            heapq.heappop(heap)
+            state.reserved_blocks += grow
+            self.track(state)
+        if not decoding.count:
+            return 0
+        while heap and (heap[0][2].gone or not heap[0][2].decoding or heap[0][0] != heap[0][2].cover_clock):
+            heapq.heappop(heap)
+        if heap and heap[0][0] - clock < steps:
+            return heap[0][0] - clock
+        return steps
+
+    def preempt_for(self, needy: Running) -> None:
+        """Free blocks for ``needy`` by preempting the rule's victim (maybe ``needy`` itself)."""
+        host = self.host
+        victim = host.kv_rule.pick_victim(host.batch, host.batch.decoding.clock)
+        if victim is None:
+            victim = needy
+        self.preempt(victim)
+        host.kv_rule.on_preempted(host.batch, host.batch.decoding.clock)
+
+    def preempt(self, state: Running) -> None:
+        """Take ``state`` out of the batch, keep its computed full blocks cached, re-queue it."""
+        host = self.host
+        cache = host.cache
+        now = host.env.now
+        bt = host.block_tokens
+        req = state.req
+        host.batch.remove(state)
+        computed = state.context_tokens      # prompt + output so far (materialised by remove)
+        admission = getattr(cache, "admission", None)
+        keys = req.prompt_keys if admission is not None and not admission.caches_decode else req.total_keys
+        full = computed // bt
+        if full > len(keys):
+            full = len(keys)
+        commit_keys = keys[state.cached_blocks:full] if full > state.cached_blocks else []
+        node = cache.commit(state.node, commit_keys, state.cached_blocks, state.reserved_blocks, now)
+        cache.unpin(node)
+        stats = host.kv_stats
+        stats["preemptions"] += 1
+        req.preemptions += 1
+        if host.swap_preemption:
+            swapped = cache.swap_out_path(node, now, reason="preempt_swap")
+            stats["swap_preemptions"] += 1
+            stats["swapped_out_blocks"] += swapped
+            req.swap_preemptions += 1
+        else:
+            stats["recompute_preemptions"] += 1
+        req.resume_tokens = computed
+        req.resume_output_left = state.output_left
+        host.requeue(req)
+        if host.check_invariants:
+            cache.check_invariants()
