@@ -21,7 +21,7 @@ from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.routers import make_router
 from agentsim.engine.hierarchy import Hierarchy, load_breakdown
 from agentsim.engine.agents import AgentDriver
-from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecord
+from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecord, TierHitRecord, with_tier_hit_columns
 from agentsim.engine.economics import economics_summary
 from agentsim.metrics.summary import summarize_requests
 from agentsim.engine.agentic import AgenticWiring
@@ -29,6 +29,7 @@ from agentsim.engine.collector import freezing_collector
 from agentsim.engine.diagnostics import RunDiagnostics
 from agentsim.metrics.timeseries import TimeSeriesSampler
 from agentsim.errors import InvariantViolation
+from agentsim.hardware.tier_kinds import tier_names
 from agentsim.hardware.timing.select import build_timer
 
 ProgressCallback = Callable[[float, float], None]
@@ -110,6 +111,7 @@ class Simulation:
         self.block_tokens = scenario.cache.block_tokens
         self.capacity_blocks = scenario.kv_capacity_blocks_per_instance()
         self.request_records = RecordBuffer(RequestRecord)
+        self.tier_hit_records = RecordBuffer(TierHitRecord)
         self.occupancy = RecordBuffer(OccupancySample)
         policy_ref = scenario.cache.eviction
         self.instances = []
@@ -211,11 +213,11 @@ class Simulation:
             hit_tokens=request.hit_tokens, recomputed_tokens=request.prompt_tokens - request.hit_tokens,
             queue_wait_s=queue, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, finish_s=request.finish_s,
             slo_met=met, rejected=request.rejected,
-            load_wait_s=load_wait, prefill_s=prefill,
-            hit_tokens_hbm=tier_hits.get("hbm", 0), hit_tokens_peer_hbm=tier_hits.get("peer_hbm", 0),
-            hit_tokens_dram=tier_hits.get("dram", 0), hit_tokens_disk=tier_hits.get("disk", 0),
-            hit_tokens_remote=tier_hits.get("remote", 0), loaded_bytes=request.loaded_bytes,
+            load_wait_s=load_wait, prefill_s=prefill, loaded_bytes=request.loaded_bytes,
         ))
+        for tier, tokens in tier_hits.items():
+            if tokens:
+                self.tier_hit_records.append(TierHitRecord(request.request_id, tier, tokens))
         self.agentic.on_request_end(request)
         self.diagnostics.observe_request(request)
         request.done.succeed()
@@ -298,7 +300,7 @@ class Simulation:
 
     def _result(self, wall_s: float) -> RunResult:
         scenario = self.scenario
-        requests = self.request_records.frame()
+        requests = with_tier_hit_columns(self.request_records.frame(), self.tier_hit_records.frame(), tier_names())
         requests = requests.sort_values("request_id", kind="stable").reset_index(drop=True)
         occupancy = self.occupancy.frame()
         simulated_s = float(self.env.now)
