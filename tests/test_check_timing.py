@@ -95,6 +95,7 @@ def test_bad_files_get_one_message_and_exit_code_2(tmp_path: Path):
     assert result.returncode == 2 and "no_such_field" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_check_timing_sample_in_json(tmp_path: Path):
     """The whole command on the stratified fixture: every aggregated row emulated, JSON in the
     documented shape, and the error medians within the accuracy the docs state."""

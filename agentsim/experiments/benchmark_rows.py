@@ -166,17 +166,18 @@ def row_scenario(row: dict) -> dict:
     hardware_profile = _profile_by_name("hardware").get(str(row["system"]).strip())
     if hardware_profile is None:
         raise RowSkipped(f"system {row['system']} has no hardware profile (agentsim/profiles/hardware.yaml)")
-    tp, pp, dp = _int(row["tp_size"], 1), _int(row.get("pp_size"), 1), _int(row.get("attention_dp_size"), 1)
+    # Empty or 0 (some rows write 0 for "not used") is the engine's default of 1.
+    tp, pp, dp = (_int(row.get(c)) or 1 for c in ("tp_size", "pp_size", "attention_dp_size"))
     clients, isl, osl = _int(row["batch_size"]), _int(row["isl"]), _int(row["osl"])
     gemm, moe = _quant(row.get("gemm_quant_mode")), _quant(row.get("moe_quant_mode"))
     precision_name = str(row.get("precision") or "").strip().lower()
     if gemm is None and precision_name == "bf16":
         gemm = moe = "bfloat16"
     parallelism = {"tp": tp, "pp": pp, "attention_dp": dp}
-    if _int(row.get("moe_tp_size")) is not None:
-        parallelism["moe_tp"] = _int(row.get("moe_tp_size"))
-    if _int(row.get("moe_ep_size")) is not None:
-        parallelism["moe_ep"] = _int(row.get("moe_ep_size"))
+    for column, key in (("moe_tp_size", "moe_tp"), ("moe_ep_size", "moe_ep")):
+        value = _int(row.get(column))
+        if value:  # empty or 0: the default split
+            parallelism[key] = value
     precision = {k: v for k, v in (("weights", gemm), ("moe", moe)) if v is not None}
     model = {"profile": profile, "name": timing_model(model_path)}
     weight_quant = moe or gemm
