@@ -53,7 +53,8 @@ def test_row_scenario_is_the_benchmark():
     row = _row()
     data = row_scenario(row)
     client = data["workload"]["agent_classes"]["client"]
-    assert client["arrival"]["concurrent"] == int(row["batch_size"]) == data["serving"]["max_num_seqs"]
+    dp = int(row["attention_dp_size"]) if row["attention_dp_size"] == row["attention_dp_size"] else 1
+    assert client["arrival"]["concurrent"] == int(row["batch_size"]) * max(dp, 1) == data["serving"]["max_num_seqs"]
     assert client["initial_context_tokens"] == int(row["isl"]) and client["output_tokens"] == int(row["osl"])
     assert client["calls_per_session"] == 1 and client["tools_prefix_tokens"] == 0  # no prefix reuse
     assert data["serving"]["engine"] == row["backend"]

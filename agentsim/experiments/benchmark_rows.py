@@ -4,8 +4,9 @@ Each row is one closed-loop benchmark of a real engine: ``batch_size`` clients, 
 request of ``isl`` random input tokens (no prefix reuse) and receiving ``osl`` output tokens,
 then the next at once. :func:`row_scenario` builds the scenario that runs the same benchmark in
 the simulator: the row's model, system, engine, precision and parallelism; one population agent
-class of ``batch_size`` one-call sessions with zero think time and no shared prefix, and the
-engine's ``max_num_seqs`` set to ``batch_size`` as the benchmark launched it.
+class of ``batch_size * attention_dp_size`` one-call sessions (``batch_size`` is per
+attention-DP rank) with zero think time and no shared prefix, and the engine's ``max_num_seqs``
+set to that concurrency as the benchmark launched it.
 
 A row that cannot be emulated raises :class:`RowSkipped` with the reason: disaggregated rows
 (separate prefill and decode pools; :data:`DISAGG_REASON`), and models or systems without a
@@ -168,7 +169,9 @@ def row_scenario(row: dict) -> dict:
         raise RowSkipped(f"system {row['system']} has no hardware profile (agentsim/profiles/hardware.yaml)")
     # Empty or 0 (some rows write 0 for "not used") is the engine's default of 1.
     tp, pp, dp = (_int(row.get(c)) or 1 for c in ("tp_size", "pp_size", "attention_dp_size"))
-    clients, isl, osl = _int(row["batch_size"]), _int(row["isl"]), _int(row["osl"])
+    # ``batch_size`` is per attention-data-parallel rank (the benchmark's concurrency, given in
+    # ``silicon_data_source``, is ``batch_size * attention_dp_size`` on every such row).
+    clients, isl, osl = _int(row["batch_size"]) * dp, _int(row["isl"]), _int(row["osl"])
     gemm, moe = _quant(row.get("gemm_quant_mode")), _quant(row.get("moe_quant_mode"))
     precision_name = str(row.get("precision") or "").strip().lower()
     if gemm is None and precision_name == "bf16":

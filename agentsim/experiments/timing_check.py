@@ -1,11 +1,11 @@
 """Check the simulator's step timing against measured serving benchmarks.
 
 Each aggregated row of a measured-runs file (:mod:`.benchmark_rows`) is run through the
-simulator as the benchmark ran on the real engine: ``batch_size`` closed-loop clients, ``isl``
-random input tokens, ``osl`` output tokens. Every client's first request is warm-up (the
-clients all start at once, so their first prefills queue behind each other in a way the
-benchmark's warm-up excludes) and is not measured; the prediction is the mean TTFT and TPOT of
-the next :data:`MEASURED_ROUNDS` rounds of requests, the means the benchmark reports.
+simulator as the benchmark ran on the real engine: closed-loop clients that all start at once,
+``isl`` random input tokens, ``osl`` output tokens. Every client's first request is warm-up
+(all prompts arrive together, a queue the benchmark's warm-up excludes) and is not measured;
+the prediction is the mean TTFT and TPOT of the next :data:`MEASURED_ROUNDS` rounds of
+requests, the means the benchmark reports.
 
 The error of a prediction is the factor ``exp(|log(predicted / measured)|)`` (1 = exact, 2 =
 off by 2x either way); :func:`summarize` gives its median and p90 over all emulated rows and
