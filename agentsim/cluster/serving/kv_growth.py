@@ -99,7 +99,12 @@ class KvGrowth:
         bt = host.block_tokens
         req = state.req
         host.batch.remove(state)
-        computed = state.context_tokens      # prompt + output so far (materialised by remove)
+        # Tokens whose KV it computed (materialised by remove), and the sequence it must have
+        # computed before producing its next token: the same for a decoding request (prompt and
+        # output so far), but a request preempted mid-prefill still owes the rest of its prompt
+        # (or of its re-prefill), ``prefill_left``; resuming from ``computed`` alone would drop it.
+        computed = state.context_tokens
+        sequence = computed + state.prefill_left
         admission = getattr(cache, "admission", None)
         keys = req.prompt_keys if admission is not None and not admission.caches_decode else req.total_keys
         full = computed // bt
@@ -118,7 +123,8 @@ class KvGrowth:
             req.swap_preemptions += 1
         else:
             stats["recompute_preemptions"] += 1
-        req.resume_tokens = computed
+        req.resume_tokens = sequence
+        req.resume_computed_tokens = computed
         req.resume_output_left = state.output_left
         host.requeue(req)
         if host.check_invariants:
