@@ -148,6 +148,7 @@ class Simulation:
         # Triggered once the duration has passed and no call is in flight: agents then only
         # wait on gaps after which they would not call again, so the run is over.
         self.finished = self.env.event()
+        self._last_sample_s = -math.inf
         self.check_invariants = scenario.run.check_invariants
         self.stop_request: StopRequest | None = None
         self.stop_reason: str | None = None
@@ -226,26 +227,30 @@ class Simulation:
         # About 200 samples over the run; trace replays set ``sample_interval_s`` from the trace span.
         interval = getattr(self.driver, "sample_interval_s", None) or max(self.scenario.duration_s / 200.0, 1e-3)
         while True:
-            now = self.env.now
-            for instance in self.instances:
-                cache = instance.cache
-                self.occupancy.append(OccupancySample(
-                    time_s=now, instance=instance.instance_id, tier=cache.name, used_blocks=cache.used_blocks,
-                    capacity_blocks=cache.capacity_blocks, pinned_blocks=cache.reserved_blocks,
-                    running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
-                if self.hierarchy is not None:
-                    for tier, used, capacity, pinned in self.hierarchy.occupancy(instance):
-                        self.occupancy.append(OccupancySample(
-                            time_s=now, instance=instance.instance_id, tier=tier, used_blocks=used,
-                            capacity_blocks=capacity, pinned_blocks=pinned,
-                            running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
-            self.timeseries.sample(now)
+            self._sample(self.env.now)
             # What survived a whole sampling interval is long-lived: keep the collector from
             # rescanning it (see agentsim.engine.collector).
             self._freeze_survivors()
             if self.finished.triggered:
                 return
             yield self.env.timeout(interval)
+
+    def _sample(self, now: float) -> None:
+        """One occupancy and time-series sample of every instance at ``now``."""
+        self._last_sample_s = now
+        for instance in self.instances:
+            cache = instance.cache
+            self.occupancy.append(OccupancySample(
+                time_s=now, instance=instance.instance_id, tier=cache.name, used_blocks=cache.used_blocks,
+                capacity_blocks=cache.capacity_blocks, pinned_blocks=cache.reserved_blocks,
+                running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
+            if self.hierarchy is not None:
+                for tier, used, capacity, pinned in self.hierarchy.occupancy(instance):
+                    self.occupancy.append(OccupancySample(
+                        time_s=now, instance=instance.instance_id, tier=tier, used_blocks=used,
+                        capacity_blocks=capacity, pinned_blocks=pinned,
+                        running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
+        self.timeseries.sample(now)
 
     def _progress(self):
         step = self.scenario.run.progress_interval_s
@@ -266,6 +271,10 @@ class Simulation:
                 self._run_events()
             finally:
                 self._freeze_survivors = lambda: None
+        if self.env.now > self._last_sample_s:
+            # The run ends between two ticks: a last sample makes the time series end with the
+            # whole-run totals (evictions or occupancy changes after the last tick included).
+            self._sample(self.env.now)
         wall_s = time.perf_counter() - started
         return self._result(wall_s)
 
