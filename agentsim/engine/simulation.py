@@ -17,6 +17,7 @@ from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.radix import RadixCache
 from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.serving.kv_admission import make_kv_admission
+from agentsim.cluster.serving.kv_growth import KV_STATS
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.routers import make_router
 from agentsim.engine.hierarchy import Hierarchy, load_breakdown
@@ -216,6 +217,10 @@ class Simulation:
             hit_tokens_hbm=tier_hits.get("hbm", 0), hit_tokens_peer_hbm=tier_hits.get("peer_hbm", 0),
             hit_tokens_dram=tier_hits.get("dram", 0), hit_tokens_disk=tier_hits.get("disk", 0),
             hit_tokens_remote=tier_hits.get("remote", 0), loaded_bytes=request.loaded_bytes,
+            preemptions=request.preemptions, swap_preemptions=request.swap_preemptions,
+            preempted_recompute_tokens=request.preempted_recompute_tokens,
+            queue_slot_s=request.queue_slot_s, queue_kv_s=request.queue_kv_s, queue_load_s=request.queue_load_s,
+            queue_step_s=request.queue_step_s, queue_chunk_s=request.queue_chunk_s,
         ))
         self.agentic.on_request_end(request)
         self.diagnostics.observe_request(request)
@@ -342,6 +347,7 @@ class Simulation:
             "wall_s": wall_s,
             "simulated_requests_per_wall_s": len(requests) / wall_s if wall_s > 0 else math.inf,
         })
+        summary.update(kv_admission_summary(scenario.serving, self.instances))
         summary.update(economics_summary(scenario, requests, summary))  # GPU cost and provider cache bill
         ttft_p99 = summary["ttft_p99_s"]
         summary["slo_ttft_p99_met"] = (bool(ttft_p99 <= scenario.slo.ttft_p99_s) if scenario.slo.ttft_p99_s is not None else None)
@@ -357,6 +363,15 @@ class Simulation:
         if self.stop_reason is not None:
             summary["incomplete_reason"] = self.stop_reason
         return RunResult(summary=summary, tables=tables, scenario=scenario)
+
+
+def kv_admission_summary(serving, instances) -> dict:
+    """The KV admission rule in force and its preemption counters, summed over the instances
+    (over the whole run, warm-up included, as the cache counters are)."""
+    out: dict = {"kv_admission": serving.kv_admission_rule(), "preemption": serving.preemption}
+    for key in KV_STATS:
+        out[key] = sum(inst.kv_stats[key] for inst in instances)
+    return out
 
 
 def _merge_counts(dicts) -> dict[str, int]:

@@ -294,11 +294,14 @@ class TieredAdmission(Admission):
         tier_hits["hbm"] = min(hbm_blocks * bt, hit_tokens)
         remaining = hit_tokens - tier_hits["hbm"]
         jobs = []
+        swapped_back = req.resume_output_left >= 0 and req.swap_preemptions > 0
         for seg, name in zip(segments[:local_k], names):
             take = min(seg[1] * bt, remaining)
             tier_hits[name] = tier_hits.get(name, 0) + take
             remaining -= take
             jobs.append((name, seg[1]))
+            if swapped_back and name == "dram":
+                host.kv_stats["swapped_in_blocks"] += seg[1]
         if peer_used:
             tier_hits["peer_hbm"] = remaining
             jobs.append(("peer_hbm", peer_used))

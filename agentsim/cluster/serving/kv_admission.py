@@ -53,6 +53,8 @@ class KvAdmissionRule:
 
     #: False: every output block is reserved at admission and decode never needs a block.
     grows = True
+    #: True: the engine calls its preemptions retractions (counted as such as well).
+    retracts = False
 
     def __init__(self, serving=None, block_tokens: int = 16):
         self.serving = serving
@@ -119,6 +121,8 @@ class VllmOnDemand(KvAdmissionRule):
 
 @KV_ADMISSION.register("sglang")
 class SglangNewTokenRatio(KvAdmissionRule):
+    retracts = True
+
     def __init__(self, serving=None, block_tokens=16):
         super().__init__(serving, block_tokens)
         self.init_ratio = serving.init_new_token_ratio if serving is not None else 0.7

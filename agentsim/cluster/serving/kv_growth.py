@@ -21,6 +21,12 @@ import heapq
 
 from agentsim.cluster.serving.batch import Running
 
+#: An instance's KV admission counters (``ServingInstance.kv_stats``): preemptions of every
+#: kind, those recomputing and those swapping to DRAM, the blocks swapped out and loaded back
+#: in on re-admission, and the preemptions that are SGLang retractions.
+KV_STATS = ("preemptions", "recompute_preemptions", "swap_preemptions", "swapped_out_blocks", "swapped_in_blocks",
+            "retractions")
+
 #: Blocks a growth step adds at most per request (ahead of need): bounds both the events per
 #: decoded token and the KV held ahead of need (vLLM allocates exactly per step).
 GROWTH_HORIZON_BLOCKS = 4
@@ -115,6 +121,8 @@ class KvGrowth:
         cache.unpin(node)
         stats = host.kv_stats
         stats["preemptions"] += 1
+        if host.kv_rule.retracts:
+            stats["retractions"] += 1
         req.preemptions += 1
         if host.swap_preemption:
             swapped = cache.swap_out_path(node, now, reason="preempt_swap")
