@@ -1,6 +1,7 @@
 """Engine-style KV admission (cluster/serving/kv_admission.py, kv_growth.py): on-demand blocks,
 preemption by recompute or swap, SGLang's new-token ratio, TensorRT-LLM's no-evict guarantee."""
 
+import pytest
 import simpy
 
 from agentsim.cache.policies import EVICTION_POLICIES
@@ -95,3 +96,113 @@ def test_trtllm_counts_the_cached_prefix_it_pins_and_never_preempts():
     # The vllm rule admits B at once and pays with a preemption of it.
     inst, a, b = run("vllm")
     assert b.admitted_s < a.finish_s and inst.kv_stats["preemptions"] >= 1
+
+
+def test_preemption_recomputes_as_extra_prefill():
+    # Two long decodes that cannot both complete in 40 blocks: the newer is preempted, and what
+    # it had computed and lost is prefilled again, visible in the prefill work the timer saw.
+    prefilled = []
+
+    class CountingTimer:
+        kv_bytes_per_token = COST.kv_bytes_per_token
+
+        def iteration_s(self, chunks, n_decode, decode_context_tokens):
+            prefilled.extend(n for n, _ in chunks)
+            return COST.iteration_s(chunks, n_decode, decode_context_tokens)
+
+        def __getattr__(self, name):
+            return getattr(COST, name)
+
+    env = simpy.Environment()
+    finished = []
+    inst = ServingInstance(env, 0, RadixCache(40, EVICTION_POLICIES.get("lru")()), CountingTimer(), B, 64, 8192,
+                           on_finish=lambda r: (finished.append(r), r.done.succeed()), check_invariants=True,
+                           kv_rule=KV_ADMISSION.get("vllm")(None, B))
+    a = request(env, 0, 10 * B, 20 * B)
+    b = request(env, 1, 10 * B, 20 * B)
+    inst.submit(a)
+    inst.submit(b)
+    env.run()
+    assert len(finished) == 2
+    assert a.preemptions == 0 and b.preemptions >= 1
+    assert b.preempted_recompute_tokens > 0
+    assert inst.kv_stats["recompute_preemptions"] == inst.kv_stats["preemptions"] == b.preemptions
+    # Every prompt token once, plus the recomputed tokens, plus the one token each re-prefill
+    # computes to produce the next output token (it always computes at least one).
+    assert sum(prefilled) >= a.prompt_tokens + b.prompt_tokens + b.preempted_recompute_tokens
+    assert b.hit_tokens + b.prefilled_tokens == b.prompt_tokens
+    # Without preemption (blocks reserved up front) B waits for A instead and computes nothing twice.
+    prefilled.clear()
+    env = simpy.Environment()
+    inst = ServingInstance(env, 0, RadixCache(40, EVICTION_POLICIES.get("lru")()), CountingTimer(), B, 64, 8192,
+                           on_finish=lambda r: r.done.succeed(), check_invariants=True,
+                           kv_rule=KV_ADMISSION.get("reserve_full")(None, B))
+    a2, b2 = request(env, 0, 10 * B, 20 * B), request(env, 1, 10 * B, 20 * B)
+    inst.submit(a2)
+    inst.submit(b2)
+    env.run()
+    assert sum(prefilled) == a2.prompt_tokens + b2.prompt_tokens and b2.preemptions == 0
+    assert b2.admitted_s >= a2.finish_s
+
+
+def test_sglang_ratio_decays_per_decode_step_and_is_reestimated_on_retraction():
+    rule = KV_ADMISSION.get("sglang")(None, B)
+    assert rule.ratio == 0.7
+    rule.on_decode_steps(100)
+    assert rule.ratio == pytest.approx(0.6)
+    rule.on_decode_steps(10**6)
+    assert rule.ratio == 0.1                     # floored at min_new_token_ratio
+    rule.on_idle()
+    assert rule.ratio == 0.7
+
+    # On an instance: decode runs out of blocks, the request with the fewest output tokens so
+    # far is retracted and the ratio is re-estimated from the requests still running.
+    env = simpy.Environment()
+    inst, finished = make_instance(env, capacity_blocks=60, rule="sglang")
+    seen = []
+    original = inst.kv_rule.on_preempted
+
+    def on_preempted(batch, clock):
+        original(batch, clock)
+        running = [s for s in batch.running if s.prefill_left == 0]
+        decoded = sum(s.req.output_tokens - s.output_left_at(clock) for s in running)
+        max_new = sum(s.req.output_tokens for s in running)
+        seen.append((inst.kv_rule.ratio, min(1.0, (decoded + 20 * len(running)) / max_new)))
+
+    inst.kv_rule.on_preempted = on_preempted
+    # B arrives when A has produced about a third of its 40 output blocks. B fits beside the
+    # decayed share of A's remaining output but not beside all of it (4 + 40 + 4 + 24 > 60).
+    a = request(env, 0, 4 * B, 40 * B)
+    b = request(env, 1, 4 * B, 24 * B)
+    inst.submit(a)
+    submit_at(env, inst, 1.5, b)
+    env.run()
+    assert len(finished) == 2
+    assert inst.kv_stats["retractions"] == inst.kv_stats["preemptions"] == len(seen) >= 1
+    assert b.preemptions >= 1 and a.preemptions == 0
+    for ratio, expected in seen:
+        assert ratio == pytest.approx(expected)
+        assert ratio > 0.1                   # well above the floor it had decayed towards
+
+
+def test_sglang_admits_less_while_the_ratio_is_high():
+    # The same arrivals under a high and a low fixed ratio: the cautious one keeps more
+    # requests waiting for KV memory.
+    from agentsim.config.scenario import ServingConfig
+
+    def queued_for_kv(ratio):
+        serving = ServingConfig(engine="sglang", init_new_token_ratio=ratio, min_new_token_ratio=ratio)
+        env = simpy.Environment()
+        inst, finished = make_instance(env, capacity_blocks=200, rule="sglang")
+        inst.kv_rule = KV_ADMISSION.get("sglang")(serving, B)
+        reqs = [request(env, i, 4 * B, 40 * B) for i in range(6)]
+        for req in reqs:
+            inst.submit(req)
+        env.run()
+        assert len(finished) == 6
+        return sum(r.queue_kv_s for r in reqs), inst.kv_stats["retractions"]
+
+    cautious, cautious_retractions = queued_for_kv(1.0)
+    bold, bold_retractions = queued_for_kv(0.1)
+    assert cautious > bold
+    assert cautious_retractions <= bold_retractions
