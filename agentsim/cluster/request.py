@@ -49,7 +49,8 @@ class LLMRequest:
     preemptions: int = 0
     swap_preemptions: int = 0
     preempted_recompute_tokens: int = 0
-    resume_tokens: int = 0          # KV tokens (prompt + output so far) it had when last preempted
+    resume_tokens: int = 0          # tokens it needs before its next output token, when last preempted
+    resume_computed_tokens: int = 0  # of those, the tokens whose KV it had computed then
     resume_output_left: int = -1    # output tokens still to produce then; -1: never preempted
     # Time in the waiting queue by cause (seconds; they sum to the time it spent waiting):
     # no batch slot, no KV memory, held by its own prefetch or return prefetch, the iteration

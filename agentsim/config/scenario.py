@@ -286,11 +286,8 @@ class ServingConfig(Strict):
         return self
 
     def kv_admission_rule(self) -> str:
-        """The KV admission rule in force: ``kv_admission``, else ``reserve_full``.
-
-        The engines' own rules are opt-in until the vllm rule's growth accounting passes the
-        capacity-invariant property test (it can commit more blocks than it reserved)."""
-        return self.kv_admission or "reserve_full"
+        """The KV admission rule in force: ``kv_admission``, else the engine's own."""
+        return self.kv_admission or self.engine
 
     def batch_requests(self) -> int:
         """Most requests in one batch (``max_num_seqs`` over ``max_batch_requests``)."""

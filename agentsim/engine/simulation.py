@@ -17,6 +17,7 @@ from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.radix import RadixCache
 from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.serving.kv_admission import make_kv_admission
+from agentsim.cluster.serving.kv_growth import KV_STATS
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.routers import make_router
 from agentsim.engine.hierarchy import Hierarchy, load_breakdown
@@ -150,6 +151,7 @@ class Simulation:
         # Triggered once the duration has passed and no call is in flight: agents then only
         # wait on gaps after which they would not call again, so the run is over.
         self.finished = self.env.event()
+        self._last_sample_s = -math.inf
         self.check_invariants = scenario.run.check_invariants
         self.stop_request: StopRequest | None = None
         self.stop_reason: str | None = None
@@ -214,6 +216,10 @@ class Simulation:
             queue_wait_s=queue, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, finish_s=request.finish_s,
             slo_met=met, rejected=request.rejected,
             load_wait_s=load_wait, prefill_s=prefill, loaded_bytes=request.loaded_bytes,
+            preemptions=request.preemptions, swap_preemptions=request.swap_preemptions,
+            preempted_recompute_tokens=request.preempted_recompute_tokens,
+            queue_slot_s=request.queue_slot_s, queue_kv_s=request.queue_kv_s, queue_load_s=request.queue_load_s,
+            queue_step_s=request.queue_step_s, queue_chunk_s=request.queue_chunk_s,
         ))
         for tier, tokens in tier_hits.items():
             if tokens:
@@ -228,26 +234,30 @@ class Simulation:
         # About 200 samples over the run; trace replays set ``sample_interval_s`` from the trace span.
         interval = getattr(self.driver, "sample_interval_s", None) or max(self.scenario.duration_s / 200.0, 1e-3)
         while True:
-            now = self.env.now
-            for instance in self.instances:
-                cache = instance.cache
-                self.occupancy.append(OccupancySample(
-                    time_s=now, instance=instance.instance_id, tier=cache.name, used_blocks=cache.used_blocks,
-                    capacity_blocks=cache.capacity_blocks, pinned_blocks=cache.reserved_blocks,
-                    running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
-                if self.hierarchy is not None:
-                    for tier, used, capacity, pinned in self.hierarchy.occupancy(instance):
-                        self.occupancy.append(OccupancySample(
-                            time_s=now, instance=instance.instance_id, tier=tier, used_blocks=used,
-                            capacity_blocks=capacity, pinned_blocks=pinned,
-                            running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
-            self.timeseries.sample(now)
+            self._sample(self.env.now)
             # What survived a whole sampling interval is long-lived: keep the collector from
             # rescanning it (see agentsim.engine.collector).
             self._freeze_survivors()
             if self.finished.triggered:
                 return
             yield self.env.timeout(interval)
+
+    def _sample(self, now: float) -> None:
+        """One occupancy and time-series sample of every instance at ``now``."""
+        self._last_sample_s = now
+        for instance in self.instances:
+            cache = instance.cache
+            self.occupancy.append(OccupancySample(
+                time_s=now, instance=instance.instance_id, tier=cache.name, used_blocks=cache.used_blocks,
+                capacity_blocks=cache.capacity_blocks, pinned_blocks=cache.reserved_blocks,
+                running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
+            if self.hierarchy is not None:
+                for tier, used, capacity, pinned in self.hierarchy.occupancy(instance):
+                    self.occupancy.append(OccupancySample(
+                        time_s=now, instance=instance.instance_id, tier=tier, used_blocks=used,
+                        capacity_blocks=capacity, pinned_blocks=pinned,
+                        running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
+        self.timeseries.sample(now)
 
     def _progress(self):
         step = self.scenario.run.progress_interval_s
@@ -268,6 +278,10 @@ class Simulation:
                 self._run_events()
             finally:
                 self._freeze_survivors = lambda: None
+        if self.env.now > self._last_sample_s:
+            # The run ends between two ticks: a last sample makes the time series end with the
+            # whole-run totals (evictions or occupancy changes after the last tick included).
+            self._sample(self.env.now)
         wall_s = time.perf_counter() - started
         return self._result(wall_s)
 
@@ -335,6 +349,7 @@ class Simulation:
             "wall_s": wall_s,
             "simulated_requests_per_wall_s": len(requests) / wall_s if wall_s > 0 else math.inf,
         })
+        summary.update(kv_admission_summary(scenario.serving, self.instances))
         summary.update(economics_summary(scenario, requests, summary))  # GPU cost and provider cache bill
         ttft_p99 = summary["ttft_p99_s"]
         summary["slo_ttft_p99_met"] = (bool(ttft_p99 <= scenario.slo.ttft_p99_s) if scenario.slo.ttft_p99_s is not None else None)
@@ -350,6 +365,15 @@ class Simulation:
         if self.stop_reason is not None:
             summary["incomplete_reason"] = self.stop_reason
         return RunResult(summary=summary, tables=tables, scenario=scenario)
+
+
+def kv_admission_summary(serving, instances) -> dict:
+    """The KV admission rule in force and its preemption counters, summed over the instances
+    (over the whole run, warm-up included, as the cache counters are)."""
+    out: dict = {"kv_admission": serving.kv_admission_rule(), "preemption": serving.preemption}
+    for key in KV_STATS:
+        out[key] = sum(inst.kv_stats[key] for inst in instances)
+    return out
 
 
 def _merge_counts(dicts) -> dict[str, int]:

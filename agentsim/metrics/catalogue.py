@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
+import numpy as np
 import pandas as pd
 
 #: Where a metric is listed: the main summary table, the memory-hierarchy rows, or neither.
@@ -120,6 +121,35 @@ _builtin("belady_replay_hit_ratio", "Belady hit ratio (replay, blocks)", "fracti
 _builtin("policy_replay_hit_ratio", "policy hit ratio (replay, blocks)", "fraction",
          axis="hit ratio (blocks, cache-only replay of the run's stream)")
 _builtin("belady_headroom", "Belady headroom", "fraction")
+# Engine-style KV admission (docs/serving.md): preemptions and why requests waited.
+_builtin("kv_admission", "KV admission rule", "")
+_builtin("preemptions", "preemptions", "count")
+_builtin("recompute_preemptions", "preemptions by recompute", "count")
+_builtin("swap_preemptions", "preemptions by swap to DRAM", "count")
+_builtin("swapped_out_blocks", "blocks swapped out", "blocks")
+_builtin("swapped_in_blocks", "blocks swapped back in", "blocks")
+_builtin("retractions", "retractions (sglang)", "count")
+
+
+def _column_sum(column: str) -> Callable[[pd.DataFrame], int]:
+    return lambda done: int(done[column].sum()) if len(done) else 0
+
+
+def _column_mean(column: str) -> Callable[[pd.DataFrame], float]:
+    def mean(done: pd.DataFrame) -> float:
+        values = done[column].to_numpy(dtype=float) if len(done) else np.array([])
+        values = values[np.isfinite(values)]
+        return float(values.mean()) if len(values) else float("nan")
+    return mean
+
+
+register(Metric("preempted_recompute_tokens", "tokens recomputed after preemption", "tokens", table="summary",
+                compute=_column_sum("preempted_recompute_tokens")))
+for _cause, _label in (("slot", "no batch slot"), ("kv", "no KV memory"), ("load", "held by its prefetch"),
+                       ("step", "iteration in progress"), ("chunk", "first prefill chunk")):
+    register(Metric(f"queue_{_cause}_mean_s", f"queue mean: {_label} (s)", "s", table="summary",
+                    compute=_column_mean(f"queue_{_cause}_s")))
+del _cause, _label
 # Memory-hierarchy rows (present when cache.tiers is enabled): TTFT = queue + load + prefill.
 _builtin("ttft_queue_wait_mean_s", "TTFT queue mean (s)", "s", table="hierarchy")
 _builtin("ttft_load_wait_mean_s", "TTFT load mean (s)", "s", table="hierarchy")

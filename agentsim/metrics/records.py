@@ -45,6 +45,18 @@ class RequestRecord:
     load_wait_s: float = float("nan")
     prefill_s: float = float("nan")
     loaded_bytes: float = 0.0
+    # Engine-style KV admission: times this call was preempted (all kinds, and by swapping its
+    # KV to DRAM), the tokens its preemptions made it compute again, and its time in the
+    # waiting queue by cause (they sum to the time it waited there, re-queues included), then
+    # from admission to its first prefill chunk (nan: it needed none).
+    preemptions: int = 0
+    swap_preemptions: int = 0
+    preempted_recompute_tokens: int = 0
+    queue_slot_s: float = 0.0
+    queue_kv_s: float = 0.0
+    queue_load_s: float = 0.0
+    queue_step_s: float = 0.0
+    queue_chunk_s: float = float("nan")
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.serving.admission import PlainAdmission, TieredAdmission
 from agentsim.cluster.serving.batch import Batch, Running
 from agentsim.cluster.serving.kv_admission import KvAdmissionRule, VllmOnDemand
-from agentsim.cluster.serving.kv_growth import KvGrowth
+from agentsim.cluster.serving.kv_growth import KV_STATS, KvGrowth
 from agentsim.cluster.serving.load_rules import CostModelRule, LoadRule
 from agentsim.cluster.serving.movement import load_along_path
 from agentsim.cluster.serving.prefetch import Prefetcher
@@ -110,7 +110,7 @@ class ServingInstance:
         self.kv_rule = kv_rule if kv_rule is not None else VllmOnDemand(None, block_tokens)
         self.swap_preemption = (preemption == "swap" and self.tiered and len(cache.tiers) > 1
                                 and cache.tiers[1].name == "dram")
-        self.kv_stats = {"preemptions": 0, "recompute_preemptions": 0, "swap_preemptions": 0, "swapped_out_blocks": 0}
+        self.kv_stats = dict.fromkeys(KV_STATS, 0)
         self.growth = KvGrowth(self) if self.kv_rule.grows else None
         if self.growth is not None:
             self.batch.decoding.on_add = self.growth.track
