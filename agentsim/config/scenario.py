@@ -277,6 +277,10 @@ class ServingConfig(Strict):
     new_token_ratio_decay: float = Field(0.001, ge=0, description="sglang rule: decay of the share per decode step")
     max_num_seqs: int | None = Field(None, gt=0, description="engine name for max_batch_requests (overrides it when set)")
     max_num_batched_tokens: int | None = Field(None, gt=0, description="engine name for prefill_chunk_tokens (overrides it when set)")
+    long_prefill_token_threshold: int | None = Field(
+        None, gt=0, description="most tokens one prefilling request takes of an iteration's budget while another request "
+                                "is prefilling too, so a short prompt is not held behind a long cold one (vLLM's "
+                                "long_prefill_token_threshold with partial prefills); absent: chunks first come first served")
 
     @model_validator(mode="after")
     def _ratios(self):

@@ -130,7 +130,8 @@ class Simulation:
                 self.env, index, cache, self.cost, self.block_tokens,
                 serving.batch_requests(), serving.batch_tokens(),
                 on_finish=self._on_finish, check_invariants=scenario.run.check_invariants,
-                kv_rule=make_kv_admission(serving, self.block_tokens), preemption=serving.preemption, **extra,
+                kv_rule=make_kv_admission(serving, self.block_tokens), preemption=serving.preemption,
+                long_prefill_tokens=serving.long_prefill_token_threshold, **extra,
             ))
         if self.hierarchy is not None:
             self.hierarchy.connect_peers(self.instances)
