@@ -19,6 +19,7 @@ from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.serving.kv_admission import make_kv_admission
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.routers import make_router
+from agentsim.engine.disaggregated import DisaggregatedCluster
 from agentsim.engine.hierarchy import Hierarchy, load_breakdown
 from agentsim.engine.agents import AgentDriver
 from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecord
@@ -106,9 +107,7 @@ class Simulation:
         self.env = env if env is not None else simpy.Environment()
         # Step timing: measured kernel tables where the databases have the deployment, else the
         # roofline; every instance of a cluster has the same deployment, hence one timer.
-        self.cost, self.timing = build_timer(scenario)
         self.block_tokens = scenario.cache.block_tokens
-        self.capacity_blocks = scenario.kv_capacity_blocks_per_instance()
         self.request_records = RecordBuffer(RequestRecord)
         self.occupancy = RecordBuffer(OccupancySample)
         policy_ref = scenario.cache.eviction
@@ -117,7 +116,18 @@ class Simulation:
         # so HBM-only runs keep the single-tier cache and its speed.
         tiers = scenario.cache.tiers
         self.hierarchy = Hierarchy(self.env, scenario) if tiers is not None and tiers.active() else None
-        for index in range(scenario.hardware.instances):
+        # Disaggregated serving: prefill and decode pools; the decode workers are the instances
+        # the rest of the run sees, and the pools' front takes the router's place.
+        self.disaggregated = None
+        if scenario.serving.disaggregation is not None:
+            self.disaggregated = DisaggregatedCluster(self.env, scenario, self._on_finish, scenario.run.check_invariants)
+            self.cost, self.timing = self.disaggregated.timers["decode"]
+            self.capacity_blocks = self.disaggregated.capacity_blocks["decode"]
+            self.instances = self.disaggregated.decode
+        else:
+            self.cost, self.timing = build_timer(scenario)
+            self.capacity_blocks = scenario.kv_capacity_blocks_per_instance()
+        for index in range(scenario.hardware.instances if self.disaggregated is None else 0):
             extra = {}
             if self.hierarchy is not None:
                 cache = self.hierarchy.make_cache(index, self.capacity_blocks)
@@ -135,7 +145,8 @@ class Simulation:
             ))
         if self.hierarchy is not None:
             self.hierarchy.connect_peers(self.instances)
-        self.router = make_router(scenario, self.instances, self.env)
+        self.router = (make_router(scenario, self.instances, self.env) if self.disaggregated is None
+                       else self.disaggregated.front)
         self.driver = (driver_factory or AgentDriver)(self.env, scenario, self._submit, on_mutation=self._on_mutation)
         self.driver.on_idle = self._maybe_finish
         # Policy timers (TTL expiry, pin time-outs), tool start/end events, admission filters;
@@ -203,6 +214,8 @@ class Simulation:
             tpot = (request.finish_s - request.first_token_s) / (request.output_tokens - 1) if request.output_tokens > 1 else 0.0
             met = ttft <= slo.ttft_s and tpot <= slo.tpot_s
         load_wait, prefill = load_breakdown(request)
+        if request.prefill_worker >= 0 and not request.rejected:
+            load_wait, prefill = 0.0, request.prefill_done_s - request.admitted_s   # on the prefill worker
         tier_hits = request.tier_hit_tokens if request.tier_hit_tokens else {"hbm": request.hit_tokens}
         self.request_records.append(RequestRecord(
             request_id=request.request_id, session_id=request.session_id, agent_class=request.agent_class,
@@ -216,6 +229,9 @@ class Simulation:
             hit_tokens_hbm=tier_hits.get("hbm", 0), hit_tokens_peer_hbm=tier_hits.get("peer_hbm", 0),
             hit_tokens_dram=tier_hits.get("dram", 0), hit_tokens_disk=tier_hits.get("disk", 0),
             hit_tokens_remote=tier_hits.get("remote", 0), loaded_bytes=request.loaded_bytes,
+            prefill_worker=request.prefill_worker, decode_hit_tokens=request.decode_hit_tokens,
+            kv_transfer_bytes=request.kv_transfer_bytes, decode_queue_s=request.decode_queue_s,
+            kv_transfer_s=request.kv_transfer_s,
         ))
         self.agentic.on_request_end(request)
         self.diagnostics.observe_request(request)
@@ -308,7 +324,8 @@ class Simulation:
         counters = self.driver.counters
         caches = [inst.cache for inst in self.instances]
         busy_s = sum(inst.busy_s for inst in self.instances)
-        gpus = scenario.hardware.gpus_per_instance * len(self.instances)
+        gpus = (scenario.hardware.gpus_per_instance * len(self.instances) if self.disaggregated is None
+                else self.disaggregated.gpus)
         gpu_seconds = simulated_s * gpus
         summary.update({
             "sessions": counters.sessions_started,
@@ -326,7 +343,7 @@ class Simulation:
             "inserted_blocks": sum(c.inserted_blocks for c in caches),
             "gpu_busy_fraction": busy_s / (simulated_s * len(self.instances)) if simulated_s > 0 else 0.0,
             "gpu_seconds": gpu_seconds,
-            "iterations": sum(inst.iterations for inst in self.instances),
+            "iterations": sum(inst.iterations for inst in self.instances),   # decode workers' when disaggregated
             "timing_source": self.timing.source,
             "timing_reason": self.timing.reason,
             "timing_deployment": self.timing.deployment,
@@ -343,6 +360,9 @@ class Simulation:
         if self.hierarchy is not None:
             summary.update(self.hierarchy.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))
             tables["links"] = self.hierarchy.link_table(simulated_s)
+        if self.disaggregated is not None:
+            summary.update(self.disaggregated.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))
+            tables["links"] = self.disaggregated.link_table(simulated_s)
         tables.update(self.timeseries.tables())
         # A run stopped early (Ctrl-C, SIGTERM) summarises the requests finished so far.
         summary["complete"] = self.stop_reason is None

@@ -49,6 +49,13 @@ class RequestRecord:
     hit_tokens_disk: int = 0
     hit_tokens_remote: int = 0
     loaded_bytes: float = 0.0
+    # Disaggregated serving (TTFT = queue_wait + prefill + decode_queue + kv_transfer): the
+    # prefill worker (-1: aggregated), the decode worker's own cached prefix, the KV hand-off.
+    prefill_worker: int = -1
+    decode_hit_tokens: int = 0
+    kv_transfer_bytes: float = 0.0
+    decode_queue_s: float = float("nan")
+    kv_transfer_s: float = float("nan")
 
 
 @dataclass(slots=True)

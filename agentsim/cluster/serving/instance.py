@@ -118,6 +118,9 @@ class ServingInstance:
         if self.growth is not None:
             self.batch.decoding.on_add = self.growth.track
         self.queue_causes = QueueCauses()
+        #: Disaggregated decode worker: receives the prompt's KV from a prefill worker instead of
+        #: computing it (:class:`~agentsim.cluster.serving.disaggregation.KvHandoff`); None otherwise.
+        self.kv_handoff = None
         self.process = env.process(self._loop())
 
     # --- interface for the router ----------------------------------------------------------
@@ -177,6 +180,13 @@ class ServingInstance:
         req = state.req
         req.loaded_bytes = sum(n for _, n in jobs) * self.block_bytes
         req.load_done_s = now
+        self.kv_arrived(state)
+
+    def kv_arrived(self, state: Running) -> None:
+        """The KV ``state`` waited for is in HBM (a load from a lower tier, or a prefill worker's
+        hand-off): it prefills what is left, or, with nothing left, has its first token now."""
+        now = self.env.now
+        req = state.req
         state.loaded = True
         self.loading -= 1
         if state.prefill_left == 0:  # overlapped prefill already finished: first token now
