@@ -57,6 +57,13 @@ class RequestRecord:
     queue_load_s: float = 0.0
     queue_step_s: float = 0.0
     queue_chunk_s: float = float("nan")
+    # Disaggregated serving (TTFT = queue_wait + prefill + decode_queue + kv_transfer): the
+    # prefill worker (-1: aggregated), the decode worker's own cached prefix, the KV hand-off.
+    prefill_worker: int = -1
+    decode_hit_tokens: int = 0
+    kv_transfer_bytes: float = 0.0
+    decode_queue_s: float = float("nan")
+    kv_transfer_s: float = float("nan")
 
 
 @dataclass(slots=True)

@@ -76,6 +76,8 @@ class Admission:
             req.admitted_s = now
         if req.resume_output_left >= 0:
             resume(req, state, sequence_tokens)
+        elif req.prefill_worker >= 0 and host.kv_handoff is not None:
+            host.kv_handoff.receive(state)   # a prefill worker computed the prompt: its KV comes over
 
 
 def resume(req: LLMRequest, state: Running, sequence_tokens: int) -> None:
