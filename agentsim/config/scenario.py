@@ -28,7 +28,9 @@ class HardwareConfig(Strict):
     system: str | None = Field(None, description="GPU system in the measured-timing databases (h100_sxm, h200_sxm, b200_sxm, "
                                                  "b300_sxm, gb200, gb300); absent: roofline timing")
     gpus_per_instance: int = Field(4, gt=0, description="GPUs in one serving instance (tensor/expert parallel group)")
-    instances: int = Field(1, gt=0, description="serving instances in the cluster")
+    instances: int = Field(1, gt=0, description="serving instances in the cluster (all racks together)")
+    racks: int = Field(1, gt=0, description="racks, each one NVLink domain, joined by the scale-out network (each GPU's NIC); "
+                                            "the instances are split evenly between them and numbered rack by rack")
     hbm_bytes_per_gpu: Bytes = Field(279e9, gt=0, description="usable HBM per GPU")
     hbm_bandwidth_bytes_per_s: BytesPerSecond = Field(8e12, gt=0, description="HBM bandwidth per GPU")
     dense_flops_per_gpu: FlopsPerSecond = Field(5e15, gt=0, description="dense FP8 tensor FLOP/s per GPU")
@@ -56,6 +58,19 @@ class HardwareConfig(Strict):
     nvme_latency_s: Seconds = Field(80e-6, ge=0, description="NVMe read latency per transfer")
     nic_bytes_per_s: BytesPerSecond = Field(100e9, gt=0, description="scale-out NIC bandwidth per GPU per direction")
     rdma_latency_s: Seconds = Field(5e-6, ge=0, description="network (RDMA) latency per transfer")
+
+    @model_validator(mode="after")
+    def _racks_split_instances(self):
+        # A rack is one NVLink domain: its instances must divide evenly and fit in the domain.
+        if self.racks > 1:
+            if self.instances % self.racks:
+                raise FieldError(("racks",), f"{self.instances} instances do not split evenly between {self.racks} racks")
+            rack_gpus = self.instances // self.racks * self.gpus_per_instance
+            if rack_gpus > self.nvlink_domain_gpus:
+                raise FieldError(("racks",), f"each of the {self.racks} racks would hold {rack_gpus} GPUs "
+                                             f"({self.instances // self.racks} instances x {self.gpus_per_instance}), more "
+                                             f"than its NVLink domain of {self.nvlink_domain_gpus} GPUs")
+        return self
 
 
 class ModelConfig(Strict):
@@ -174,7 +189,8 @@ class TiersConfig(Strict):
     dram: TierConfig | None = Field(None, description="host DRAM tier (Grace LPDDR), reached over NVLink-C2C")
     disk: TierConfig | None = Field(None, description="local NVMe tier, shared by the instances of a tray")
     remote: TierConfig | None = Field(None, description="remote store over the network (shared bandwidth)")
-    peer_hbm: bool = Field(False, description="load prefixes held in HBM of another instance of the same NVLink domain")
+    peer_hbm: bool = Field(False, description="load prefixes held in HBM of another instance: over NVLink inside its "
+                                                   "NVLink domain, over both instances' NICs (the scale-out network) across racks")
     load_rule: PolicyRef = Field(default_factory=lambda: PolicyRef(name="cost_model"),
                                  description="how to choose load vs recompute for hits below HBM: cost_model, always_load, never_load")
     overlap_layers: bool = Field(False, description="overlap loads layer by layer with the request's prefill")

@@ -54,8 +54,11 @@ class Hierarchy:
         self.instances = list(instances)
         if not self.config.peer_hbm:
             return
+        topology = self.topology
         for inst in instances:
-            inst.peers = [instances[i] for i in self.topology.peers(inst.instance_id)]
+            me = inst.instance_id
+            inst.peers = [instances[i] for i in topology.peers(me)]
+            inst.peer_links = {i: topology.peer_load_links(me, i) for i in topology.peers(me)}
 
     # --- metrics ---------------------------------------------------------------------------
     def occupancy(self, instance) -> list[tuple[str, int, int, int]]:

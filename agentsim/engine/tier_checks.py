@@ -36,7 +36,7 @@ def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
                 return (f"tiers in the wrong order {shown}: {staging} must be the first tier below HBM "
                         f"({staged} hits are staged through {staging.upper()}); e.g. [{staging}, {order[0]}]"), base + ("order",)
     block_bytes = scenario.cache.block_tokens * scenario.model.kv_bytes_per_token
-    placements = place(hw.instances, hw.gpus_per_instance, hw.gpus_per_tray, hw.nvlink_domain_gpus)
+    placements = place(hw.instances, hw.gpus_per_instance, hw.gpus_per_tray, hw.nvlink_domain_gpus, hw.racks)
     shape = Topology(placements, [])
     own_links = " and ".join(n for n in lower_names if TIER_KINDS[n].tier_link_fields)
     for name, cfg in tiers.enabled_tiers():

@@ -11,13 +11,13 @@ fit now waits (FCFS, head of line).
 per-tier breakdown of the matched prefix, and its load rule
 (:data:`~agentsim.cluster.serving.load_rules.LOAD_RULES`, cost-model comparison by default)
 picks how much of the below-HBM part to load rather than recompute. Loaded blocks are reserved
-in HBM with the rest; the instance runs the load. Peer HBM hits (another instance of the NVLink
-domain) come over NVLink. With a prefetcher or return prefetches, requests not ready yet are
+in HBM with the rest; the instance runs the load. Peer HBM hits come over NVLink from an
+instance of the same NVLink domain, over both NICs from another rack (``host.peer_links``). With a prefetcher or return prefetches, requests not ready yet are
 skipped (others behind them may be scheduled).
 
 An admission object uses of its instance: ``env``, ``cache``, ``cost``, ``block_tokens``,
 ``waiting``, ``batch``, ``max_batch``, ``on_finish``, and for the tiered kind also ``links``,
-``peers``, ``load_rule``, ``prefetcher``, ``tool_gap``, ``tier_stats`` and ``start_load()``.
+``peers``, ``peer_links``, ``load_rule``, ``prefetcher``, ``tool_gap``, ``tier_stats`` and ``start_load()``.
 """
 
 from __future__ import annotations
@@ -225,14 +225,20 @@ class TieredAdmission(Admission):
                     segments = segments[:cut]
                     break
         matched_blocks = hbm_blocks + sum(seg[1] for seg in segments)
-        # Peer HBM (same NVLink domain) may hold more of the prompt than this instance has.
+        # Another instance's HBM may hold more of the prompt than this instance has; the first
+        # peer with the longest match is the source (peers list the same NVLink domain first).
         peer_blocks = 0
+        peer_links = None
         if host.peers and host.links is not None:
             best = 0
+            source = None
             for peer in host.peers:
-                best = max(best, peer.cache.peek(keys)[0])
+                held = peer.cache.peek(keys)[0]
+                if held > best:
+                    best, source = held, peer
             if best > matched_blocks:
                 peer_blocks = best - matched_blocks
+                peer_links = host.peer_links.get(source.instance_id)
         usable = max(0, (tokens - 1) // bt)  # at least one token is computed
         # Options: load the first k segments (peer blocks count as a last segment).
         names = [cache.tiers[seg[0]].name for seg in segments]
@@ -246,7 +252,10 @@ class TieredAdmission(Admission):
         top = min(usable, hbm_blocks + sum(sizes))
         for k in range(len(sizes) + 1):
             if k:
-                load_s += self._load_estimate_s(names[k - 1], sizes[k - 1])
+                if names[k - 1] == "peer_hbm" and peer_links:
+                    load_s += max(link.estimate_s(sizes[k - 1] * host.block_bytes) for link in peer_links)
+                else:
+                    load_s += self._load_estimate_s(names[k - 1], sizes[k - 1])
                 loaded += sizes[k - 1]
             rest = max(0, min(top, usable) - min(loaded, top))
             recompute_s = cost.prefill_s(rest * bt, min(loaded, top) * bt)
@@ -300,5 +309,5 @@ class TieredAdmission(Admission):
             state.loaded = False
         host.batch.join(state)
         if jobs:
-            host.start_load(state, deepest, load_blocks, jobs)
+            host.start_load(state, deepest, load_blocks, jobs, peer_links if peer_used else None)
         return True

@@ -30,7 +30,7 @@ from agentsim.cluster.serving.batch import Batch, Running
 from agentsim.cluster.serving.kv_admission import KvAdmissionRule, VllmOnDemand
 from agentsim.cluster.serving.kv_growth import KvGrowth
 from agentsim.cluster.serving.load_rules import CostModelRule, LoadRule
-from agentsim.cluster.serving.movement import load_along_path
+from agentsim.cluster.serving.movement import load_along_path, stream_through
 from agentsim.cluster.serving.prefetch import Prefetcher
 from agentsim.cluster.serving.queue_causes import QueueCauses
 from agentsim.cluster.serving.toolgap import ToolGapMover
@@ -82,7 +82,10 @@ class ServingInstance:
         self.links = links
         self.load_rule = load_rule if load_rule is not None else CostModelRule()
         self.overlap_layers = overlap_layers
-        self.peers = peers or []          # instances of the same NVLink domain (peer-HBM hits)
+        self.peers = peers or []          # other instances, same NVLink domain first (peer-HBM hits)
+        #: Links a peer-HBM load from instance id crosses, all at once (NVLink ingress inside the
+        #: domain, both NICs across racks); set with ``peers`` by the hierarchy.
+        self.peer_links: dict[int, list] = {}
         self.loading = 0
         self.block_bytes = block_tokens * cost.kv_bytes_per_token
         if self.tiered and links is not None:
@@ -158,15 +161,21 @@ class ServingInstance:
         if link is not None:
             link.transfer(n_blocks * self.block_bytes)
 
-    def start_load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]]) -> None:
-        """Run an admitted request's load of ``jobs`` ((tier name, blocks)) into HBM."""
+    def start_load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]],
+                   peer_links: list | None = None) -> None:
+        """Run an admitted request's load of ``jobs`` ((tier name, blocks)) into HBM; a
+        ``peer_hbm`` job streams through ``peer_links`` (the source peer's path)."""
         self.loading += 1
-        self.env.process(self._load(state, deepest, load_blocks, jobs))
+        self.env.process(self._load(state, deepest, load_blocks, jobs, peer_links))
 
-    def _load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]]):
+    def _load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]],
+              peer_links: list | None = None):
         """Move the chosen blocks up (all sources in parallel; disk/remote stage through DRAM)."""
         env = self.env
-        procs = [env.process(load_along_path(self.links, name, n_blocks * self.block_bytes)) for name, n_blocks in jobs]
+        procs = [env.process(stream_through(env, peer_links, n_blocks * self.block_bytes)
+                             if name == "peer_hbm" and peer_links else
+                             load_along_path(self.links, name, n_blocks * self.block_bytes))
+                 for name, n_blocks in jobs]
         yield simpy.AllOf(env, procs)
         now = env.now
         if load_blocks:

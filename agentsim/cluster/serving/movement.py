@@ -31,3 +31,13 @@ def load_along_path(links, tier_name: str, size_bytes: float):
     (disk and remote stage through DRAM)."""
     for link in links.load_path(tier_name):
         yield link.transfer(size_bytes)
+
+
+def stream_through(env, links, size_bytes: float):
+    """SimPy process body: move ``size_bytes`` through every link in ``links`` at once (a network
+    transfer streams through the sender's and the receiver's NIC together), so it takes as long
+    as its slowest link: latency + bytes / that link's current share of its bandwidth."""
+    if len(links) == 1:
+        yield links[0].transfer(size_bytes)
+    else:
+        yield env.all_of([link.transfer(size_bytes) for link in links])
