@@ -60,3 +60,10 @@ class LLMRequest:
     queue_step_s: float = 0.0
     queue_chunk_s: float = float("nan")
     queue_mark: tuple = ()          # the instance's cumulative cause clocks when it (re)entered the queue
+    # Prefill-ahead (agentsim.engine.prefill_ahead): a background prefill of a tool gap's context,
+    # admitted behind live requests and never recorded as a call; with ``keep_pin`` its committed
+    # path stays pinned (``held_node``) for the mechanism to release.
+    background: bool = False
+    keep_pin: bool = False
+    held_node: object = None
+    prefill_gap: object = None

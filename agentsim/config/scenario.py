@@ -284,6 +284,9 @@ class ServingConfig(Strict):
                         "session_affinity, least_loaded, round_robin (see `agentsim policies`, docs/routing.md)")
     router_params: dict[str, Any] = Field(default_factory=dict, description="the router's parameters (its Params; see `agentsim policies`)")
     sticky_sessions: bool = Field(False, description="send every call of a session to the instance that served its first call")
+    prefill_ahead: PolicyRef = Field(default_factory=lambda: PolicyRef(name="none"),
+                                     description="prefill a session's tool output during the tool gap, ahead of its next call: "
+                                                 "none, or streamed with params chunks, pin, min_tokens (docs/prefill-ahead.md)")
     # --- engine-style KV admission (agentsim.cluster.serving.kv_admission) -----------------------
     kv_admission: Literal["vllm", "sglang", "trtllm", "reserve_full"] | None = Field(
         None, description="KV admission rule; default: the engine's (reserve_full: every prompt and output block reserved at admission, never preempted)")

@@ -120,6 +120,12 @@ _builtin("belady_replay_hit_ratio", "Belady hit ratio (replay, blocks)", "fracti
 _builtin("policy_replay_hit_ratio", "policy hit ratio (replay, blocks)", "fraction",
          axis="hit ratio (blocks, cache-only replay of the run's stream)")
 _builtin("belady_headroom", "Belady headroom", "fraction")
+# Prefill-ahead of tool output (agentsim/engine/prefill_ahead.py; present when it is on): what
+# it costs. What it buys is the TTFT above, compared with a run without it on the same seed.
+_builtin("prefill_ahead_tokens", "tokens prefilled ahead of calls", "tokens")
+_builtin("prefill_ahead_gpu_s", "prefill-ahead GPU time (GPU-s)", "s")
+_builtin("prefill_ahead_wasted_gpu_s", "prefill-ahead GPU time whose call never came (GPU-s)", "s")
+_builtin("prefill_ahead_pinned_blocks_mean", "KV pinned by prefill-ahead (mean blocks)", "blocks")
 # Memory-hierarchy rows (present when cache.tiers is enabled): TTFT = queue + load + prefill.
 _builtin("ttft_queue_wait_mean_s", "TTFT queue mean (s)", "s", table="hierarchy")
 _builtin("ttft_load_wait_mean_s", "TTFT load mean (s)", "s", table="hierarchy")

@@ -49,6 +49,8 @@ class Admission:
         raise NotImplementedError
 
     def _reject(self, req: LLMRequest, now: float) -> None:
+        if req.background:
+            self.host.background_active -= 1
         req.rejected = True
         req.finish_s = now
         self.host.on_finish(req)

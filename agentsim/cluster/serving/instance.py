@@ -73,6 +73,9 @@ class ServingInstance:
         self.on_finish = on_finish
         self.check_invariants = check_invariants
         self.waiting: deque[LLMRequest] = deque()
+        #: Background prefills (prefill-ahead): admitted only when no live request waits.
+        self.background: deque[LLMRequest] = deque()
+        self.background_active = 0        # queued or running background prefills
         self.batch = Batch()
         self.busy_s = 0.0
         self.iterations = 0
@@ -140,9 +143,29 @@ class ServingInstance:
         return len(self.waiting) + len(self.batch.running)
 
     def requeue(self, request: LLMRequest) -> None:
-        """Put a preempted request back at the front of the waiting queue."""
+        """Put a preempted request back at the front of the waiting queue (its own queue for a
+        background prefill)."""
         request.queue_mark = self.queue_causes.mark(self.env.now)
-        self.waiting.appendleft(request)
+        (self.background if request.background else self.waiting).appendleft(request)
+
+    def submit_background(self, request: LLMRequest) -> None:
+        """Queue a low-priority prefill (``request.background``): it is admitted only while no
+        live request waits, and prefills after every live request of an iteration."""
+        request.instance = self.instance_id
+        request.queue_mark = self.queue_causes.mark(self.env.now)
+        self.background.append(request)
+        self.background_active += 1
+        if not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def cancel_background(self, request: LLMRequest) -> bool:
+        """Drop a background prefill that has not been admitted yet; False if it has."""
+        try:
+            self.background.remove(request)
+        except ValueError:
+            return False
+        self.background_active -= 1
+        return True
 
     def wake(self) -> None:
         """Let the batch loop reconsider the waiting requests (a hold may have ended)."""
@@ -152,7 +175,15 @@ class ServingInstance:
     def _admit(self) -> None:
         """Admit waiting requests while they fit (the admission object decides); the cause
         that stopped it is what the rest of the queue now waits for."""
-        self.queue_causes.set(self.admission.admit(), self.env.now)
+        cause = self.admission.admit()
+        if self.background and not self.waiting and len(self.batch.running) < self.max_batch:
+            # The admission rules work on ``waiting``: hand them the background queue alone.
+            live, self.waiting = self.waiting, self.background
+            try:
+                self.admission.admit()
+            finally:
+                self.background, self.waiting = self.waiting, live
+        self.queue_causes.set(cause, self.env.now)
 
     # --- memory hierarchy ---------------------------------------------------------------------
     def _on_cache_transfer(self, src: str, dst: str, n_blocks: int) -> None:
@@ -209,6 +240,16 @@ class ServingInstance:
         else:
             keys = req.total_keys[state.cached_blocks:]
         node = self.cache.commit(state.node, keys, state.cached_blocks, state.reserved_blocks, now)
+        if req.background:
+            # A prefill ahead of the agent's next call: no agent pause begins here.
+            self.background_active -= 1
+            if req.keep_pin:
+                req.held_node = node
+            else:
+                self.cache.unpin(node)
+            req.finish_s = now
+            self.on_finish(req)
+            return
         if self.before_unpin is not None:
             # Agentic policies (TTL-pin, InferCept, KVFlow) see the paused agent's deepest node
             # while the request still pins it, so a TTL-pin can take over without a gap.
@@ -254,6 +295,10 @@ class ServingInstance:
                     continue
             else:
                 prefilling = batch.prefilling
+            if self.background_active and len(prefilling) > 1:
+                # Live prefills take the iteration's token budget first.
+                prefilling = ([s for s in prefilling if not s.req.background]
+                              + [s for s in prefilling if s.req.background])
             covered = 0
             if growth is not None and decoding.count:
                 # The decoding requests need blocks for the coming step(s); preempting changes
