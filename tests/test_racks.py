@@ -167,3 +167,91 @@ def test_a_two_rack_run_conserves_tokens_loads_across_racks_and_is_deterministic
 
     assert stable(first.summary) == stable(again.summary)
     pd.testing.assert_frame_equal(first.tables["requests"], again.tables["requests"])
+
+
+def _store_instance(env, index, store, nic_bps=NIC_BPS):
+    lru = EVICTION_POLICIES.get("lru")
+    cache = TieredCache(200_000, lru(), [TierSpec("remote", 400_000, lru(), "write_back")])
+    links = InstanceLinks(h2d=Link(env, f"h2d{index}", 600e9, 10e-6), d2h=Link(env, f"d2h{index}", 520e9, 10e-6),
+                          nic=Link(env, f"nic{index}", nic_bps, NIC_LATENCY_S, "network"), store=store)
+    return ServingInstance(env, index, cache, COST, B, 8, 8192, on_finish=lambda r: r.done.succeed(), links=links,
+                           check_invariants=True)
+
+
+def test_any_instance_hits_another_instance_share_of_a_shared_store():
+    """Instance 0 computes a prompt and its KV goes down to its share of the store; instance 1
+    (another rack: no peer HBM) then loads it from the store over the store link, its NIC and
+    C2C, one after the other, instead of recomputing it."""
+    env = simpy.Environment()
+    store = Link(env, "remote_store", 400e9, 20e-6, "network")
+    first, second = _store_instance(env, 0, store), _store_instance(env, 1, store)
+    second.store_peers, second.store_tier = [first], 1
+    prompt = 50_000 + B
+    warm = _request(env, 0, prompt)
+    first.submit(warm)
+    env.run(until=warm.done)
+    blocks = prompt // B
+    deepest = first.cache.match(list(range(blocks)), env.now, touch=False).node
+    assert first.cache.demote_path(deepest, env.now) == blocks
+    env.run(until=env.now + 1.0)   # the copy into the store is over: the read has the links alone
+    assert store.bytes_total == pytest.approx(blocks * B * COST.kv_bytes_per_token)
+    req = _request(env, 1, prompt)
+    second.submit(req)
+    env.run(until=req.done)
+    size = blocks * B * COST.kv_bytes_per_token
+    assert req.tier_hit_tokens["remote"] == blocks * B
+    assert second.tier_stats["shared_store_hit_blocks"] == blocks
+    expected_s = (20e-6 + size / 400e9) + (NIC_LATENCY_S + size / NIC_BPS) + (10e-6 + size / 600e9)
+    assert req.load_done_s - req.admitted_s == pytest.approx(expected_s, rel=1e-6)
+    assert second.links.nic.bytes_total == pytest.approx(size)
+    # Without the shared store the second instance recomputes the prompt.
+    third = _store_instance(env, 2, store)
+    again = _request(env, 2, prompt)
+    third.submit(again)
+    env.run(until=again.done)
+    assert again.hit_tokens == 0
+
+
+def test_a_shared_store_splits_its_capacity_between_the_instances():
+    scenario = load_scenario(ROOT / "scenarios" / "gb300-nvl72-tiers.yaml",
+                             ["hardware.instances=4", "hardware.racks=2", "cache.tiers.remote.capacity_bytes=8TB",
+                              "cache.tiers.remote.shared=true", "cache.tiers.order=[dram, disk, remote]"])
+    from agentsim.hardware.topology import tier_capacity_bytes
+
+    topology = build_topology(simpy.Environment(), scenario)
+    assert tier_capacity_bytes(scenario, "remote", scenario.cache.tiers.remote, topology, 3) == pytest.approx(2e12)
+
+
+def test_shared_on_a_local_tier_is_a_clear_error():
+    with pytest.raises(InputError, match=r"cache\.tiers\.dram\.shared.*remote tier only"):
+        load_scenario(ROOT / "scenarios" / "gb300-nvl72-tiers.yaml", ["cache.tiers.dram.shared=true"])
+
+
+SHARED_STORE = ["duration_s=3m", "hardware.instances=4", "hardware.racks=2", "hardware.kv_capacity_bytes=3GB",
+                "workload.agent_classes.coding.arrival.concurrent=24", "workload.agent_classes.coding.arrival.ramp_s=20s",
+                "cache.tiers.dram.capacity_bytes=4GB", "cache.tiers.disk.enabled=false",
+                "cache.tiers.remote.capacity_bytes=2TB", "cache.tiers.remote.shared=true",
+                # LMCache style: every block is written through to DRAM and the store.
+                "cache.tiers.dram.write_policy=write_through", "cache.tiers.remote.write_policy=write_through",
+                "serving.router=round_robin", "run.check_invariants=true"]
+
+
+@pytest.mark.slow
+def test_a_two_rack_run_with_a_shared_store_hits_other_instances_shares_and_is_deterministic():
+    path = ROOT / "scenarios" / "gb300-nvl72-tiers.yaml"
+    first = run_scenario(load_scenario(path, SHARED_STORE))
+    again = run_scenario(load_scenario(path, SHARED_STORE))
+    done = first.tables["requests"][~first.tables["requests"].rejected]
+    assert (done.hit_tokens + done.recomputed_tokens == done.prompt_tokens).all()
+    assert first.summary["shared_store_hit_blocks"] > 0
+    assert done.hit_tokens_remote.sum() > 0
+    assert first.summary["links"]["remote_store"]["bytes"] > 0
+    # The same store capacity (4 x 500 GB), each instance reading only what it wrote.
+    private = run_scenario(load_scenario(path, SHARED_STORE + ["cache.tiers.remote.shared=false",
+                                                               "cache.tiers.remote.capacity_bytes=500GB"])).summary
+    assert private["shared_store_hit_blocks"] == 0
+    # Round-robin moves sessions between instances: reading the others' shares raises the hit ratio.
+    assert first.summary["hit_ratio"] > private["hit_ratio"]
+    assert first.summary["ttft_p99_s"] <= private["ttft_p99_s"] * 1.05
+    assert json.dumps({k: v for k, v in first.summary.items() if k not in WALL_CLOCK_KEYS}, sort_keys=True, default=str) \
+        == json.dumps({k: v for k, v in again.summary.items() if k not in WALL_CLOCK_KEYS}, sort_keys=True, default=str)

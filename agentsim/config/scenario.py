@@ -122,7 +122,7 @@ class TierConfig(Strict):
     """
 
     enabled: bool = Field(True, description="set false to remove this tier (same scenario otherwise)")
-    capacity_bytes: Bytes | None = Field(None, gt=0, description="capacity per serving instance; default from the hardware (DRAM and NVMe share per instance)")
+    capacity_bytes: Bytes | None = Field(None, gt=0, description="capacity per serving instance (a shared remote store: the whole store); default from the hardware (DRAM and NVMe share per instance)")
     capacity_fraction: float = Field(0.8, gt=0, le=1, description="share of the hardware's DRAM/NVMe used for KV when capacity_bytes is absent")
     eviction: PolicyRef = Field(default_factory=PolicyRef, description="this tier's eviction policy (any registered policy)")
     write_policy: Literal["write_through", "write_through_selective", "write_back"] = "write_back"
@@ -130,6 +130,9 @@ class TierConfig(Strict):
     inclusive: bool = Field(True, description="keep this tier's copy when a block is loaded up (false: exclusive)")
     bandwidth_bytes_per_s: BytesPerSecond | None = Field(None, gt=0, description="remote store: aggregate bandwidth of the shared store")
     latency_s: Seconds | None = Field(None, ge=0, description="remote store: per-transfer latency")
+    shared: bool = Field(False, description="remote store: one store every instance reads (Mooncake Store / LMCache remote "
+                                            "style); capacity_bytes is then the whole store, split evenly into each instance's "
+                                            "share of what it writes, and any instance hits any share over the network")
 
     @model_validator(mode="after")
     def _exclusive_is_write_back(self):

@@ -46,6 +46,9 @@ def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
                 if getattr(cfg, key) is not None:
                     return (f"{key} applies to the {own_links} tier only; set the {name} tier's links with "
                             f"cache.tiers.links or the hardware section"), base + (name, key)
+        if cfg.shared and not kind.shareable:
+            shareable = " and ".join(n for n in lower_names if TIER_KINDS[n].shareable)
+            return f"shared applies to the {shareable} tier only, not {name}", base + (name, "shared")
         if kind.capacity_bytes is None and cfg.capacity_bytes is None:
             return (f"the {name} tier needs capacity_bytes ({kind.capacity_note})"), base + (name, "capacity_bytes")
         problem = kind.hardware_problem(hw)

@@ -183,9 +183,11 @@ def build_topology(env: simpy.Environment, scenario) -> Topology:
 
 
 def tier_capacity_bytes(scenario, name: str, tier_cfg, topology: Topology, instance: int) -> float:
-    """Capacity of lower tier ``name`` for one instance: given, or its share of the hardware
-    (the kind's capacity rule)."""
+    """Capacity of lower tier ``name`` for one instance: given (a shared store's given capacity
+    split evenly between the instances), or its share of the hardware (the kind's capacity rule)."""
     if tier_cfg.capacity_bytes is not None:
+        if getattr(tier_cfg, "shared", False):
+            return tier_cfg.capacity_bytes / len(topology.placements)  # one instance's share of the store
         return tier_cfg.capacity_bytes
     kind = TIER_KINDS.get(name)
     if kind is None or kind.capacity_bytes is None:

@@ -89,6 +89,9 @@ class ServingInstance:
         #: Links a peer-HBM load from instance id crosses, all at once (NVLink ingress inside the
         #: domain, both NICs across racks); set with ``peers`` by the hierarchy.
         self.peer_links: dict[int, list] = {}
+        #: A shared remote store: the other instances, whose share (tier ``store_tier``) it reads.
+        self.store_peers: list = []
+        self.store_tier = -1
         self.loading = 0
         self.block_bytes = block_tokens * cost.kv_bytes_per_token
         if self.tiered and links is not None:
@@ -101,7 +104,8 @@ class ServingInstance:
         self.tool_gap: ToolGapMover | None = None
         self.tier_stats = {"prefetches": 0, "prefetch_wanted_blocks": 0, "prefetch_staged_blocks": 0,
                            "prefetch_served_tokens": 0, "tool_demoted_blocks": 0, "return_prefetches": 0,
-                           "return_prefetched_blocks": 0, "return_prefetch_failed": 0, "return_waits": 0}
+                           "return_prefetched_blocks": 0, "return_prefetch_failed": 0, "return_waits": 0,
+                           "shared_store_hit_blocks": 0}
         if self.tiered and tiers_config is not None and links is not None:
             names = [tier.name for tier in cache.tiers]
             if tiers_config.prefetch.policy != "none" and len(names) > 2 and names[1] == "dram":
