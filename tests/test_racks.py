@@ -64,7 +64,7 @@ def test_peer_load_stays_on_nvlink_inside_a_rack_and_crosses_both_nics_between_r
 
 
 def test_racks_that_do_not_split_the_instances_are_a_clear_error(tmp_path):
-    with pytest.raises(InputError, match=r"hardware\.racks.*do not split evenly"):
+    with pytest.raises(InputError, match=r"hardware\.racks.*not split evenly"):
         load_scenario(ROOT / "scenarios" / "coding-agents.yaml", ["hardware.instances=3", "hardware.racks=2"])
     with pytest.raises(InputError, match=r"hardware\.racks.*more than its NVLink domain"):
         load_scenario(ROOT / "scenarios" / "coding-agents.yaml", ["hardware.instances=40", "hardware.racks=2"])

@@ -64,7 +64,8 @@ class HardwareConfig(Strict):
         # A rack is one NVLink domain: its instances must divide evenly and fit in the domain.
         if self.racks > 1:
             if self.instances % self.racks:
-                raise FieldError(("racks",), f"{self.instances} instances do not split evenly between {self.racks} racks")
+                noun = "instance does" if self.instances == 1 else "instances do"
+                raise FieldError(("racks",), f"{self.instances} {noun} not split evenly between {self.racks} racks")
             rack_gpus = self.instances // self.racks * self.gpus_per_instance
             if rack_gpus > self.nvlink_domain_gpus:
                 raise FieldError(("racks",), f"each of the {self.racks} racks would hold {rack_gpus} GPUs "
