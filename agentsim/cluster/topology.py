@@ -222,6 +222,17 @@ def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
             key = "capacity_bytes" if cfg.capacity_bytes is not None else "capacity_fraction"
             return (f"the {name} tier holds less than one KV block per instance ({capacity / 1e6:.3g} MB < "
                     f"{block_bytes / 1e6:.3g} MB)"), base + (name, key)
+        if name in ("dram", "disk") and cfg.capacity_bytes is not None:
+            # A capacity the hardware does not have would simulate memory that is not there.
+            whole = cfg.model_copy(update={"capacity_bytes": None, "capacity_fraction": 1.0})
+            trays = -(-hw.gpus_per_instance // hw.gpus_per_tray)  # an instance may span trays
+            physical = min(tier_capacity_bytes(scenario, name, whole, shape, p.instance) for p in placements)
+            physical *= trays if name == "disk" else 1
+            if cfg.capacity_bytes > physical:
+                what = "host DRAM" if name == "dram" else "local NVMe"
+                return (f"the {name} tier's {cfg.capacity_bytes / 1e12:.4g} TB per instance exceed the hardware's "
+                        f"{what} ({physical / 1e12:.4g} TB per instance); lower capacity_bytes or change the "
+                        "hardware section"), base + (name, "capacity_bytes")
     enabled = [name for name, _ in tiers.enabled_tiers()]
     if tiers.prefetch.policy != "none" and (len(enabled) < 2 or enabled[0] != "dram"):
         return (f"prefetch policy {tiers.prefetch.policy!r} stages disk/remote hits into DRAM: it needs an enabled "
