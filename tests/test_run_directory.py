@@ -1,4 +1,5 @@
-"""Output directories that never lie (agentsim/run_directory.py).
+"""Output directories that never lie (agentsim/run_directory.py) and sweep workers that die with
+their parent.
 
 A run directory is the previous run or the new one, never a mix: results are staged in a
 sibling and swapped in whole under a lock; a failed write leaves the old directory as it was;
@@ -11,8 +12,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -133,3 +136,56 @@ def test_sweep_resume_redoes_a_run_whose_summary_is_unreadable(tmp_path, content
     store.write_outcome(RunOutcome(cell_id="cell", seed=0, summary={"requests": 4}, tables_parquet={}))
     assert store.is_done("cell", 0) and read_json_object(run / "summary.json")["requests"] == 4
     assert _siblings(run) == []
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_sweep_pool_workers_die_when_the_sweep_is_killed(small_scenario_yaml, tmp_path):
+    """SIGKILL of the sweep process alone (no handler runs) must not orphan its pool workers."""
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"base: {small_scenario_yaml}\nset: {{duration_s: 3h}}\nseeds: 2\n"
+                     "axes: {grid: {hardware.kv_capacity_bytes: [1GB, 2GB, 3GB, 4GB]}}\n")
+    process = subprocess.Popen([sys.executable, "-m", "agentsim.cli", "sweep", str(sweep), "--out",
+                                str(tmp_path / "out"), "--workers", "2", "-q"], cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    workers: list[int] = []
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and len(workers) < 2:
+            workers = [pid for pid in _children(process.pid) if _alive(pid)]
+            time.sleep(0.1)
+        assert len(workers) >= 2, "the sweep never started its pool"
+        os.kill(process.pid, signal.SIGKILL)  # the sweep alone, not its process group
+        process.wait(30)
+        deadline = time.time() + 30
+        while time.time() < deadline and any(_alive(pid) for pid in workers):
+            time.sleep(0.1)
+        assert not any(_alive(pid) for pid in workers), "pool workers outlived the sweep"
+    finally:
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if process.poll() is None:
+            process.kill()
