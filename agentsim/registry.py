@@ -3,10 +3,15 @@
 A registered class may declare a nested pydantic model ``Params``; the registry validates a
 scenario's parameter dict against it, so a typo in a policy parameter is reported with the
 parameter's YAML path like any other scenario error.
+
+A registry may also *declare* names whose classes live in modules not imported yet
+(:meth:`Registry.declare`): the module is imported the first time one of its names is looked
+up, so a command that needs one policy does not pay for importing twenty.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -22,6 +27,22 @@ class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind = kind
         self._classes: dict[str, type[T]] = {}
+        self._declared: dict[str, str] = {}  # name -> module that registers it when imported
+
+    def declare(self, names: list[str], module: str) -> None:
+        """Promise that importing ``module`` registers every name of ``names``.
+
+        The names are listed and accepted at once; the module is imported on first lookup.
+        """
+        for name in names:
+            self._declared[name] = module
+
+    def _load(self, name: str) -> None:
+        module = self._declared.get(name)
+        if module is not None and name not in self._classes:
+            importlib.import_module(module)
+            if name not in self._classes:
+                raise RuntimeError(f"{module} was declared to register {self.kind} {name!r} but did not")
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
         def decorator(cls: type[T]) -> type[T]:
@@ -38,12 +59,13 @@ class Registry(Generic[T]):
         self._classes.pop(name, None)
 
     def names(self) -> list[str]:
-        return sorted(self._classes)
+        return sorted(set(self._classes) | set(self._declared))
 
     def __contains__(self, name: str) -> bool:
-        return name in self._classes
+        return name in self._classes or name in self._declared
 
     def get(self, name: str) -> type[T]:
+        self._load(name)
         try:
             return self._classes[name]
         except KeyError:
