@@ -93,15 +93,14 @@ def register(app: typer.Typer) -> None:
             return
         if scenario is not None or set_:
             raise InputError("--scenario and --set apply to the timed modes (open-loop, closed-loop) only", "command line")
-        from agentsim.replay import canonicalize, make_policy, replay_cache_only
+        from agentsim.replay.cache_only import make_policy, replay_cache_only
         from agentsim.replay.load import load_trace
 
         make_policy(policy)  # fail fast on an unknown policy, before reading a large trace
         loaded = load_trace(trace, fmt, block_tokens=block_size, session_offset_s=session_offset)
         print_warnings(loaded.warnings)
-        canonical = canonicalize(loaded.requests)
         result = replay_cache_only(loaded.requests, capacity_blocks=capacity_blocks, capacity_fraction=capacity_fraction,
-                                   policy=policy, clock=clock, canonical=canonical, record_requests=out is not None)
+                                   policy=policy, clock=clock, record_requests=out is not None)
         summary = {"trace": loaded.path, "format": loaded.fmt, **result.summary(), "load_time_s": loaded.load_time_s}
         if out is not None:
             _write(out, summary, loaded.requests, result.request_hit_blocks)

@@ -34,7 +34,7 @@ from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.policy import EvictionPolicy
 from agentsim.cache.radix import RadixCache
 from agentsim.errors import InputError, InvariantViolation
-from agentsim.replay.prefix import CanonicalTrace, canonicalize
+from agentsim.replay.prefix import CanonicalTrace, prefix_block_counts
 from agentsim.workload.traces.records import TraceRequest
 
 CLOCKS = ("auto", "logical", "trace")
@@ -141,8 +141,10 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
     if clock not in CLOCKS:
         raise InputError(f"unknown clock {clock!r}; known: {', '.join(CLOCKS)}", "--clock")
     if canonical is None:
-        canonical = canonicalize(requests)
-    capacity = resolve_capacity(canonical.unique_blocks, capacity_blocks, capacity_fraction)
+        unique_blocks, ideal_hit_blocks = prefix_block_counts(requests)
+    else:
+        unique_blocks, ideal_hit_blocks = canonical.unique_blocks, canonical.ideal_hit_blocks
+    capacity = resolve_capacity(unique_blocks, capacity_blocks, capacity_fraction)
     policy_obj = make_policy(policy, policy_params)
     cache = RadixCache(capacity, policy_obj, name="replay")
     # One call per request: match -> pin -> reserve -> commit -> unpin fused (RadixCache.serve).
@@ -199,7 +201,7 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
         extra.update(counters())
     return CacheOnlyResult(
         policy=policy, capacity_blocks=capacity, block_tokens=block_tokens, requests=len(requests),
-        requested_blocks=requested, hit_blocks=hit_blocks, unique_blocks=canonical.unique_blocks,
-        ideal_hit_blocks=canonical.ideal_hit_blocks, input_tokens=input_tokens, hit_tokens=hit_tokens,
+        requested_blocks=requested, hit_blocks=hit_blocks, unique_blocks=unique_blocks,
+        ideal_hit_blocks=ideal_hit_blocks, input_tokens=input_tokens, hit_tokens=hit_tokens,
         evicted_blocks=cache.evicted_blocks, replay_time_s=elapsed, clock=clock, request_hit_blocks=per_request,
         extra=extra)
