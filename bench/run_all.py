@@ -2,7 +2,7 @@
 target, met?).
 
 Sections: cache-only replay and the hit-ratio curve (replay.py), timed simulation speed
-(bench_simulation.py), whole-process comparison with Dynamo's offline replay (vs_dynamo.py,
+(bench_simulation.py), whole-process start-up of the command line (cli_start.py), whole-process comparison with Dynamo's offline replay (vs_dynamo.py,
 skipped with a note when ``.peers/dynamo`` is absent), the GB300 NVL72 rack hour
 (bench_rack.py). The sweep speed-up (bench/sweep.py) is separate (it measures the machine's
 parallelism as much as agentsim's). Progress goes to stderr; the table to stdout.
@@ -18,7 +18,7 @@ import time
 
 from _common import Row, print_table
 
-SECTIONS = ("replay", "simulation", "dynamo", "rack")
+SECTIONS = ("replay", "cli", "simulation", "dynamo", "rack")
 
 
 def main() -> None:
@@ -35,6 +35,9 @@ def main() -> None:
         if section == "replay":
             import replay as bench_replay
             rows += bench_replay.rows(args.repeat)
+        elif section == "cli":
+            import cli_start
+            rows += cli_start.rows(max(5, args.repeat))
         elif section == "simulation":
             import bench_simulation
             rows += bench_simulation.rows(args.repeat)

@@ -14,6 +14,8 @@ import zlib
 from pathlib import Path
 from typing import Iterator
 
+import orjson
+
 from agentsim.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -111,11 +113,20 @@ def peek_text(path: str | Path, n_bytes: int = PEEK_BYTES) -> str:
 
 
 def parse_json_line(path: Path | str, lineno: int, line: str) -> dict:
-    """Parse one JSONL record; it must be a JSON object."""
+    """Parse one JSONL record; it must be a JSON object.
+
+    orjson parses a Mooncake line about twice as fast as the standard library (trace reading is
+    most of a cache-only ``agentsim replay``). A line orjson refuses is parsed again by the
+    standard library, which accepts what orjson does not (``NaN``, integers beyond 64 bits: the
+    field checks then name the field) and words the error exactly as before.
+    """
     try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON ({exc.msg} at column {exc.colno})", str(path), f"line {lineno}") from None
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"malformed JSON ({exc.msg} at column {exc.colno})", str(path), f"line {lineno}") from None
     if not isinstance(record, dict):
         raise InputError(f"expected a JSON object, got {type(record).__name__}", str(path), f"line {lineno}")
     return record
