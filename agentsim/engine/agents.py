@@ -120,12 +120,15 @@ class AgentDriver:
         arrival = model.spec.arrival
         peak = arrival_rate_multiplier_peak(arrival)
         rate_max = arrival.rate_per_s * peak
+        # Thinning whenever the rate varies, also when its peak multiplier is exactly 1 (a
+        # profile normalised to its peak hour).
+        thinned = arrival.diurnal is not None or bool(arrival.bursts)
         t = self.env.now
         while True:
             t += float(rng.exponential(1.0 / rate_max))
             if t >= self.end_s:
                 return
-            if peak != 1.0 and rng.random() * peak > arrival_rate_multiplier(arrival, t):
+            if thinned and rng.random() * peak > arrival_rate_multiplier(arrival, t):
                 continue
             yield self.env.timeout(t - self.env.now)
             self.env.process(self._session(model))
