@@ -27,6 +27,7 @@ from agentsim.metrics.summary import summarize_requests
 from agentsim.engine.agentic import AgenticWiring
 from agentsim.engine.collector import freezing_collector
 from agentsim.engine.diagnostics import RunDiagnostics
+from agentsim.engine.recompute import RecomputeClassifier
 from agentsim.metrics.timeseries import TimeSeriesSampler
 from agentsim.errors import InvariantViolation
 from agentsim.hardware.timing.select import build_timer
@@ -141,6 +142,8 @@ class Simulation:
         # then the diagnostics (evictions by reason, T_C, regime, Belady headroom).
         self.agentic = AgenticWiring(self.env, scenario, self.instances, self.driver)
         self.diagnostics = RunDiagnostics(self.env, scenario, self.instances)
+        # Recomputed tokens split by cause: cold, evicted (by tier), invalidated.
+        self.recompute = RecomputeClassifier(self.instances, self.block_tokens, scenario.run.warmup_s)
         # Evictions by reason and link traffic over time (read-only samples, for the figures).
         self.timeseries = TimeSeriesSampler(self.instances, self.hierarchy)
         self.request_observers: list[Callable[[LLMRequest], None]] = []
@@ -202,6 +205,10 @@ class Simulation:
             tpot = (request.finish_s - request.first_token_s) / (request.output_tokens - 1) if request.output_tokens > 1 else 0.0
             met = ttft <= slo.ttft_s and tpot <= slo.tpot_s
         load_wait, prefill = load_breakdown(request)
+        cold, evicted, invalidated = self.recompute.classify(request)
+        if self.check_invariants and not request.rejected and cold + evicted + invalidated != request.prompt_tokens - request.hit_tokens:
+            raise InvariantViolation(f"recompute split of request {request.request_id}: cold {cold} + evicted {evicted} + "
+                                     f"invalidated {invalidated} != recomputed {request.prompt_tokens - request.hit_tokens}")
         tier_hits = request.tier_hit_tokens if request.tier_hit_tokens else {"hbm": request.hit_tokens}
         self.request_records.append(RequestRecord(
             request_id=request.request_id, session_id=request.session_id, agent_class=request.agent_class,
@@ -215,6 +222,10 @@ class Simulation:
             hit_tokens_hbm=tier_hits.get("hbm", 0), hit_tokens_peer_hbm=tier_hits.get("peer_hbm", 0),
             hit_tokens_dram=tier_hits.get("dram", 0), hit_tokens_disk=tier_hits.get("disk", 0),
             hit_tokens_remote=tier_hits.get("remote", 0), loaded_bytes=request.loaded_bytes,
+            queue_slot_s=request.queue_slot_s, queue_kv_s=request.queue_kv_s, queue_load_s=request.queue_load_s,
+            queue_step_s=request.queue_step_s, queue_chunk_s=request.queue_chunk_s,
+            recomputed_cold_tokens=cold, recomputed_evicted_tokens=evicted,
+            recomputed_invalidated_tokens=invalidated,
         ))
         self.agentic.on_request_end(request)
         self.diagnostics.observe_request(request)
@@ -303,7 +314,7 @@ class Simulation:
         occupancy = self.occupancy.frame()
         simulated_s = float(self.env.now)
         summary = {"scenario": scenario.name, "seed": scenario.seed, "policy": scenario.cache.eviction.name}
-        summary.update(summarize_requests(requests, scenario.run.warmup_s))
+        summary.update(summarize_requests(requests, scenario.run.warmup_s, float(self.env.now)))
         counters = self.driver.counters
         caches = [inst.cache for inst in self.instances]
         busy_s = sum(inst.busy_s for inst in self.instances)
@@ -338,6 +349,8 @@ class Simulation:
         summary["slo_ttft_p99_met"] = (bool(ttft_p99 <= scenario.slo.ttft_p99_s) if scenario.slo.ttft_p99_s is not None else None)
         summary["sla_target_met"] = bool(summary["sla_attainment"] >= scenario.slo.attainment_target) if summary["requests"] else False
         summary.update(self.diagnostics.summary())
+        summary["recomputed_tokens_evicted_by_tier"] = dict(self.recompute.evicted_by_tier_tokens)
+        summary["recompute_record_bytes"] = self.recompute.state_bytes()
         tables = {"requests": requests, "occupancy": occupancy}
         if self.hierarchy is not None:
             summary.update(self.hierarchy.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))

@@ -49,6 +49,20 @@ class RequestRecord:
     hit_tokens_disk: int = 0
     hit_tokens_remote: int = 0
     loaded_bytes: float = 0.0
+    # Time before the first token by cause (seconds): in the waiting queue for a batch slot,
+    # for KV memory, held by its own load, for the iteration in progress (these four sum to
+    # its time queued), then, once admitted, for its first prefill chunk (nan if none).
+    queue_slot_s: float = 0.0
+    queue_kv_s: float = 0.0
+    queue_load_s: float = 0.0
+    queue_step_s: float = 0.0
+    queue_chunk_s: float = float("nan")
+    # Recomputed prompt tokens (prompt - hit) by why they were not hits; they sum to
+    # recomputed_tokens (agentsim.engine.recompute): never cached on this instance, lost to an
+    # eviction or TTL expiry, invalidated by a history rewrite.
+    recomputed_cold_tokens: int = 0
+    recomputed_evicted_tokens: int = 0
+    recomputed_invalidated_tokens: int = 0
 
 
 @dataclass(slots=True)
