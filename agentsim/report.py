@@ -35,6 +35,7 @@ import pandas as pd
 from agentsim.yaml_text import safe_load
 from agentsim.errors import InputError
 from agentsim.metrics.catalogue import KEY_METRICS, table_rows
+from agentsim.metrics.deployment import deployment_lines
 
 #: Requests of at most this many cells are overlaid in a sweep's latency CDF (legibility).
 MAX_CDF_CELLS = 8
@@ -288,6 +289,9 @@ def _run_report(run_dir: Path, b: _Builder) -> Report:
     requests = tables.get("requests", pd.DataFrame())
     if len(requests):
         requests = requests.assign(policy=summary.get("policy", "?"))
+    deployment = deployment_lines(summary.get("deployment"))
+    if deployment:
+        b.raw("<h2>Deployment</h2>" + html_table(pd.DataFrame(deployment, columns=["", "simulated"])))
     b.raw("<h2>Summary</h2>" + html_table(_summary_rows(summary)))
     b.figure("latency_cdf", "Latency distribution",
              "Empirical CDFs of TTFT and end-to-end latency (log x; logit y so the tail is readable). "

@@ -203,3 +203,24 @@ def test_cli_table_prints_latencies_in_ms_and_per_class_figures(mixed_yaml, tmp_
     assert rows["TTFT p50"].endswith(" ms") and rows["TPOT p99"].endswith(" ms")
     assert "throughput (requests/s)" in rows and "goodput (requests/s within the SLO)" in rows
     assert "by agent class" in proc.stdout and "coding" in proc.stdout and "chat" in proc.stdout
+
+
+def test_deployment_is_stated_in_summary_cli_and_report(tmp_path):
+    from tests.conftest import ROOT
+    out = tmp_path / "tiers"
+    proc = run_cli("run", str(ROOT / "scenarios" / "ttl-bound.yaml"), "--out", str(out), "--set", "duration_s=1m")
+    assert proc.returncode == 0, proc.stderr
+    import json
+    dep = json.loads((out / "summary.json").read_text())["deployment"]
+    assert dep["hardware"] == "gb300_nvl72" and dep["gpus"] == 4 and dep["gpus_per_instance"] == 4
+    assert dep["model"] == "deepseek-ai/DeepSeek-V3" and dep["engine"] == "vllm"
+    assert dep["parallelism"].startswith("tp4")
+    assert [t["name"] for t in dep["tiers"]] == ["hbm", "dram"]
+    assert dep["kv_capacity_bytes"] == pytest.approx(8e9, rel=0.01)
+    assert dep["timing_source"] in ("measured", "roofline")
+    for text in ("gb300_nvl72", "DeepSeek-V3", "tp4", "hbm 8 GB + dram", "step timing"):
+        assert text in proc.stdout, text
+    report = run_cli("report", str(out))
+    assert report.returncode == 0, report.stderr
+    html = (out / "report.html").read_text()
+    assert "<h2>Deployment</h2>" in html and "gb300_nvl72" in html and "DeepSeek-V3" in html

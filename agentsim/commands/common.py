@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentsim.metrics.catalogue import display_label, format_value, table_rows, unit_of
+from agentsim.metrics.deployment import deployment_lines
 
 console = Console()
 err_console = Console(stderr=True)
@@ -30,6 +31,11 @@ def summary_table(summary: dict, title: str = "summary") -> Table:
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
+    deployment = deployment_lines(summary.get("deployment"))
+    for label, text in deployment:
+        table.add_row(label, text)
+    if deployment:
+        table.add_section()
     for key, label in table_rows("summary") + table_rows("hierarchy"):
         if key in summary and summary[key] is not None:
             table.add_row(display_label(key, label), format_value(summary[key], unit_of(key)))

@@ -26,6 +26,7 @@ from agentsim.engine.economics import economics_summary
 from agentsim.metrics.summary import summarize_requests
 from agentsim.engine.agentic import AgenticWiring
 from agentsim.engine.collector import freezing_collector
+from agentsim.engine.deployment import deployment_summary
 from agentsim.engine.diagnostics import RunDiagnostics
 from agentsim.engine.recompute import RecomputeClassifier
 from agentsim.metrics.timeseries import TimeSeriesSampler
@@ -340,6 +341,7 @@ class Simulation:
             "timing_source": self.timing.source,
             "timing_reason": self.timing.reason,
             "timing_deployment": self.timing.deployment,
+            "deployment": deployment_summary(scenario, self.instances, self.timing),
             "simulated_s": simulated_s,
             "wall_s": wall_s,
             "simulated_requests_per_wall_s": len(requests) / wall_s if wall_s > 0 else math.inf,
