@@ -226,9 +226,12 @@ def _summary_rows(summary: dict) -> pd.DataFrame:
     for key in ("cost_per_million_tokens_usd", "gpu_hours", "provider_bill_usd"):
         if key in summary and summary[key] is not None:
             rows.append((key.replace("_", " "), summary[key]))
-    for key in ("evictions_by_reason_blocks", "recomputed_tokens_by_gap", "hit_ratio_by_tier"):
+    for key in ("regime_by_tier", "evictions_by_reason_blocks", "recomputed_tokens_by_gap",
+                "recomputed_tokens_evicted_by_tier", "queue_wait_share_by_cause", "hit_ratio_by_tier"):
         if isinstance(summary.get(key), dict):
             rows.append((key.replace("_", " "), ", ".join(f"{k}={_fmt(v)}" for k, v in summary[key].items())))
+    if summary.get("ttl_warning"):
+        rows.append(("TTL warning", summary["ttl_warning"]))
     return pd.DataFrame(rows, columns=["metric", "value"])
 
 

@@ -224,3 +224,43 @@ def test_deployment_is_stated_in_summary_cli_and_report(tmp_path):
     assert report.returncode == 0, report.stderr
     html = (out / "report.html").read_text()
     assert "<h2>Deployment</h2>" in html and "gb300_nvl72" in html and "DeepSeek-V3" in html
+
+
+def _ttl_bound(*overrides):
+    from tests.conftest import ROOT
+    return run_scenario(load_scenario(ROOT / "scenarios" / "ttl-bound.yaml", ["duration_s=10m", *overrides])).summary
+
+
+def test_each_tier_has_a_regime_that_agrees_with_its_evictions():
+    # A 5-minute TTL on HBM over an LRU DRAM tier big enough to keep everything it gets: HBM
+    # demotes thousands of blocks, DRAM evicts none.
+    s = _ttl_bound("cache.eviction=ttl_5m", "cache.tiers.dram.eviction=lru", "cache.tiers.dram.capacity_bytes=30GB")
+    by_tier = s["evictions_by_tier_and_reason_blocks"]
+    assert sum(by_tier["hbm"].values()) > 1000 and sum(by_tier["dram"].values()) == 0
+    assert s["regime_by_tier"] == {"hbm": "capacity_bound", "dram": "no_eviction"}
+    # The run's regime is that of the TTL's tier, not "no_eviction" beside thousands of evictions.
+    assert s["regime"] == "capacity_bound" and s["evicted_blocks"] > 0
+    assert s["cache_exit_regime"] == "no_eviction"
+
+
+def test_ttl_is_judged_against_the_tier_it_applies_to():
+    s = _ttl_bound("cache.eviction=ttl_5m", "cache.tiers.dram.eviction=lru", "cache.tiers.dram.capacity_bytes=30GB")
+    assert s["ttl_tier"] == "hbm" and s["ttl_s"] == 300
+    t_c_hbm = s["characteristic_eviction_time_by_tier_s"]["hbm"]
+    assert s["ttl_tier_characteristic_eviction_time_s"] == t_c_hbm
+    assert s["ttl_margin_s"] == pytest.approx(300 - t_c_hbm) and s["ttl_margin_s"] > 0
+    # The TTL cannot fire (HBM evicts after about T_C, well before 5 minutes): a warning says so.
+    assert s["ttl_expirations_blocks"] == 0
+    assert s["ttl_warning"] is not None and "never fired" in s["ttl_warning"] and "hbm" in s["ttl_warning"]
+    # A TTL that fires (on DRAM, the scenario as written) gets no warning, and its tier is DRAM.
+    fired = _ttl_bound()
+    assert fired["ttl_tier"] == "dram" and fired["ttl_expirations_blocks"] > 0 and fired["ttl_warning"] is None
+    assert fired["regime"] == fired["regime_by_tier"]["dram"] == "ttl_bound"
+
+
+def test_cli_warns_when_a_ttl_cannot_fire(tmp_path):
+    from tests.conftest import ROOT
+    proc = run_cli("run", str(ROOT / "scenarios" / "ttl-capacity-bound.yaml"), "--out", str(tmp_path / "o"),
+                   "--set", "duration_s=5m", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: the TTL" in proc.stderr and "never fired" in proc.stderr

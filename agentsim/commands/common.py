@@ -45,9 +45,12 @@ def summary_table(summary: dict, title: str = "summary") -> Table:
         for kind, stats in summary["link_kinds"].items():
             table.add_row(f"link {kind}", f"{stats['bytes'] / 1e9:,.1f} GB, max utilisation {stats['max_utilisation']:.3g}")
     by_reason = "evictions_by_reason_blocks" if "evictions_by_reason_blocks" in summary else "evicted_blocks_by_reason"
-    for key in (by_reason, "recomputed_tokens_by_gap", "recomputed_tokens_evicted_by_tier", "queue_wait_share_by_cause"):
+    for key in ("regime_by_tier", by_reason, "recomputed_tokens_by_gap", "recomputed_tokens_evicted_by_tier",
+                "queue_wait_share_by_cause"):
         if isinstance(summary.get(key), dict) and summary[key]:
             table.add_row(key.replace("_", " "), ", ".join(f"{k}={_fmt(v)}" for k, v in summary[key].items()))
+    if summary.get("ttl_warning"):
+        table.add_row("[bold yellow]TTL warning[/]", summary["ttl_warning"])
     return table
 
 

@@ -71,6 +71,8 @@ def register(app: typer.Typer) -> None:
             with simulated_time_progress(not quiet) as progress:
                 result = run_scenario(scenario, progress=progress, stop=stop)
         write_run(result, out_dir)
+        if result.summary.get("ttl_warning"):
+            sys.stderr.write(f"warning: {result.summary['ttl_warning']}\n")
         if not quiet:
             console.print(summary_table(result.summary, title=f"{scenario.name} (seed {scenario.seed})"))
             by_class = agent_class_table(result.summary)
