@@ -191,6 +191,11 @@ _builtin("ttft_load_wait_p99_s", "TTFT load p99 (s)", "s", table="hierarchy")
 _builtin("cost_per_million_tokens_usd", "cost per million tokens (USD)", "USD", table=None,
          axis="GPU cost per million tokens (USD)")
 _builtin("provider_bill_usd", "provider bill (USD)", "USD", table=None, axis="provider-style bill (USD)")
+_builtin("cost_usd_per_hour", "deployment cost per hour (USD)", "USD", table=None,
+         axis="cost per hour: GPUs + memory below HBM (USD)")
+_builtin("memory_cost_usd", "memory cost below HBM (USD)", "USD", table=None)
+_builtin("total_cost_per_million_tokens_usd", "total cost per million tokens (USD)", "USD", table=None,
+         axis="GPU + memory cost per million tokens (USD)")
 _builtin("ttft_s", "time to first token (s)", "s", table=None, axis="time to first token (s)")
 _builtin("e2e_s", "end-to-end latency (s)", "s", table=None, axis="end-to-end latency (s)")
 _builtin("tpot_s", "time per output token (s)", "s", table=None, axis="time per output token (s)")
