@@ -36,6 +36,7 @@ from agentsim.yaml_text import safe_load
 from agentsim.errors import InputError
 from agentsim.metrics.catalogue import KEY_METRICS, table_rows
 from agentsim.result_files import read_json_object, read_table
+from agentsim.metrics.deployment import deployment_lines
 
 #: Requests of at most this many cells are overlaid in a sweep's latency CDF (legibility).
 MAX_CDF_CELLS = 8
@@ -226,9 +227,12 @@ def _summary_rows(summary: dict) -> pd.DataFrame:
     for key in ("cost_per_million_tokens_usd", "gpu_hours", "provider_bill_usd"):
         if key in summary and summary[key] is not None:
             rows.append((key.replace("_", " "), summary[key]))
-    for key in ("evictions_by_reason_blocks", "recomputed_tokens_by_gap", "hit_ratio_by_tier"):
+    for key in ("regime_by_tier", "evictions_by_reason_blocks", "recomputed_tokens_by_gap",
+                "recomputed_tokens_evicted_by_tier", "queue_wait_share_by_cause", "hit_ratio_by_tier"):
         if isinstance(summary.get(key), dict):
             rows.append((key.replace("_", " "), ", ".join(f"{k}={_fmt(v)}" for k, v in summary[key].items())))
+    if summary.get("ttl_warning"):
+        rows.append(("TTL warning", summary["ttl_warning"]))
     return pd.DataFrame(rows, columns=["metric", "value"])
 
 
@@ -289,6 +293,9 @@ def _run_report(run_dir: Path, b: _Builder) -> Report:
     requests = tables.get("requests", pd.DataFrame())
     if len(requests):
         requests = requests.assign(policy=summary.get("policy", "?"))
+    deployment = deployment_lines(summary.get("deployment"))
+    if deployment:
+        b.raw("<h2>Deployment</h2>" + html_table(pd.DataFrame(deployment, columns=["", "simulated"])))
     b.raw("<h2>Summary</h2>" + html_table(_summary_rows(summary)))
     b.figure("latency_cdf", "Latency distribution",
              "Empirical CDFs of TTFT and end-to-end latency (log x; logit y so the tail is readable). "

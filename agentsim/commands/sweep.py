@@ -63,8 +63,10 @@ def cell_legend(cells) -> str:
     return "\n".join(f"  #{cell.index}: {cell.label}" for cell in cells)
 
 
-def stats_tables(stats, metrics: list[str], title: str):
-    """Rows = metrics, columns = cells (#index), mean ± 95% CI half-width; a few cells per table."""
+def stats_tables(stats, metrics: list[str], title: str, regimes: dict[int, str] | None = None):
+    """Rows = metrics, columns = cells (#index), mean ± 95% CI half-width; a few cells per table.
+    ``regimes`` (cell index -> eviction regime over its seeds) adds a first row saying whether the
+    cell evicted at all: a difference of 0 between cells that never evict is no finding."""
     from rich.table import Table
 
     shown = [m for m in metrics if m in set(stats.metric)]
@@ -76,6 +78,8 @@ def stats_tables(stats, metrics: list[str], title: str):
         table.add_column("metric")
         for index in chunk:
             table.add_column(f"#{index}", justify="right")
+        if regimes:
+            table.add_row("regime", *(regimes.get(index, "-") for index in chunk))
         for metric in shown:
             row = []
             for index in chunk:
@@ -131,6 +135,7 @@ def register(app: typer.Typer) -> None:
         """
         from agentsim.experiments.executors import make_executor
         from agentsim.experiments.spec import expand_cells, load_sweep
+        from agentsim.experiments.stats import cell_regimes
         from agentsim.experiments.sweep import ScenarioBuilder, run_sweep
 
         sweep = load_sweep(sweep_file)
@@ -161,7 +166,8 @@ def register(app: typer.Typer) -> None:
                               f"is not a numeric summary key of any run{hint}; every metric is in results.parquet")
         if not quiet:
             console.print("cells:\n" + cell_legend(report.cells))
-            for table in stats_tables(report.stats, report.metrics, f"{sweep.spec.name}: mean ± 95% CI over {len(report.seeds)} seeds"):
+            for table in stats_tables(report.stats, report.metrics, f"{sweep.spec.name}: mean ± 95% CI over {len(report.seeds)} seeds",
+                                      regimes=cell_regimes(report.table)):
                 console.print(table)
             if len(report.paired):
                 for table in paired_tables(report.paired, report.metrics):
