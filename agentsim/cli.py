@@ -24,6 +24,20 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+def _print_version(value: bool) -> None:
+    if value:
+        from agentsim import __version__
+
+        typer.echo(f"agentsim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """Simulate agentic LLM workloads against a tiered KV cache."""
+
+
 for _module_name in COMMAND_MODULES:
     try:
         _module = importlib.import_module(f"agentsim.commands.{_module_name}")

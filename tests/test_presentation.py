@@ -1,0 +1,90 @@
+"""What a user reads: `agentsim policies`, policy parameters with units, sizes and times in
+human units."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentsim.config.units import format_bytes, format_duration, parse_by_name
+from agentsim.errors import InputError
+from tests.conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def policies_text() -> str:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    # 80 columns: the narrowest common terminal, where cells used to be cut with an ellipsis
+    proc = subprocess.run([sys.executable, "-m", "agentsim.cli", "policies"], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "COLUMNS": "80"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_policies_lists_every_registry(policies_text):
+    for title, name in [("eviction policies", "belady_oracle"), ("admission filters", "second_hit"),
+                        ("routers", "kv_aware"), ("load rules", "cost_model"),
+                        ("prefetch policies", "wait_complete"), ("KV admission rules", "sglang")]:
+        assert title in policies_text and name in policies_text, (title, name)
+
+
+def test_policies_shows_values_not_internals(policies_text):
+    assert "PydanticUndefined" not in policies_text        # factory defaults shown as their value
+    assert "``" not in policies_text                       # reST literals rendered as text
+    assert "…" not in policies_text and "..." not in policies_text   # folded, never cut
+    # a list default survives rich markup, units come from the name
+    flat = "".join(policies_text.split())
+    assert "pin_tools=[tool]" in flat and "ttl_s=5m" in flat and "prefill_flops_per_s=7PFLOPS" in flat
+
+
+def test_policies_json_covers_every_kind():
+    rows = json.loads(run_cli("policies", "--json").stdout)
+    kinds = {row["kind"] for row in rows}
+    assert {"eviction policy", "admission filter", "router", "load rule", "prefetch policy",
+            "KV admission rule"} <= kinds
+    assert all(row["description"] for row in rows), [r["name"] for r in rows if not r["description"]]
+
+
+def test_policy_parameters_take_unit_strings():
+    from agentsim.cache.registries import EVICTION_POLICIES
+
+    assert EVICTION_POLICIES.validate_params("ttl_expiry", {"ttl_s": "20m"}).ttl_s == 1200.0
+    assert EVICTION_POLICIES.validate_params("ttl_pin", {"tau_s": "90s"}).tau_s == 90.0
+    # a rate is not a duration: "_per_" names stay plain numbers
+    assert parse_by_name("mem_cost_per_block_s", "3e-5") == "3e-5"
+
+
+def test_policy_parameter_units_in_a_scenario(small_scenario_yaml):
+    from agentsim.engine.loading import load_scenario
+
+    text = small_scenario_yaml.read_text().replace("eviction: lru", "eviction: {name: ttl_expiry, params: {ttl_s: 20m}}")
+    small_scenario_yaml.write_text(text)
+    scenario = load_scenario(small_scenario_yaml)
+    from agentsim.cache.registries import EVICTION_POLICIES
+
+    ref = scenario.cache.eviction
+    assert EVICTION_POLICIES.validate_params(ref.name, ref.params).ttl_s == 1200.0
+    small_scenario_yaml.write_text(text.replace("20m", "20parsecs"))
+    with pytest.raises(InputError) as error:
+        load_scenario(small_scenario_yaml)
+    message = error.value.render()
+    assert "cache.eviction.params.ttl_s" in message and "20parsecs" in message and "line 7" in message
+
+
+def test_human_units():
+    assert format_bytes(2.16509e11) == "216.5GB"
+    assert format_duration(0.04551) == "45.51ms" and format_duration(300) == "5m"
+    assert format_duration(float("inf")) == "inf"
+
+
+def test_version_option():
+    import agentsim
+
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"agentsim {agentsim.__version__}"
