@@ -88,3 +88,44 @@ def test_version_option():
 
     proc = run_cli("--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"agentsim {agentsim.__version__}"
+
+
+def _render(tables, width: int = 80) -> str:
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))
+    for table in tables:
+        console.print(table)
+    return console.export_text()
+
+
+def test_sweep_tables_label_cells_by_values_and_never_cut():
+    import pandas as pd
+
+    from agentsim.commands.sweep import cell_headers, paired_tables, stats_tables
+    from agentsim.experiments.spec import Cell
+
+    cells = [Cell(i, (("cache.eviction.name", policy), ("hardware.kv_capacity_bytes", capacity)))
+             for i, (policy, capacity) in enumerate((p, c) for p in ("lru", "fifo") for c in (40e9, 80e9))]
+    metrics = ["hit_ratio", "cost_per_million_input_tokens_usd"]
+    stats = pd.DataFrame([{"cell_index": c.index, "metric": m, "mean": 0.5 + c.index / 10, "ci_half_width": 0.01}
+                          for c in cells for m in metrics])
+    paired = pd.DataFrame([{"cell_index": c.index, "baseline_index": c.index - 2, "metric": m, "mean_diff": 0.001,
+                            "ci_low": -0.002, "ci_high": 0.004, "significant": False}
+                           for c in cells[2:] for m in metrics])
+    headers = cell_headers(cells)
+    assert headers[3] == ["fifo", "80GB"]
+    text = _render(stats_tables(stats, metrics, "t", headers, 80)) + _render(paired_tables(paired, metrics, headers, 80))
+    assert "#0" not in text and "#3" not in text
+    assert "…" not in text
+    flat = "".join(text.split())
+    assert "cost_per_million_input_tokens_usd" in flat.replace("│", "").replace("┃", "")
+    assert "fifo" in text and "80GB" in text and "-lru" in flat
+
+
+def test_sweep_dry_run_prints_sizes_in_units():
+    from tests.conftest import ROOT
+
+    proc = run_cli("sweep", str(ROOT / "sweeps" / "load-random.yaml"), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "e+" not in proc.stdout and "GB" in proc.stdout
