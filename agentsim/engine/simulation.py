@@ -215,6 +215,9 @@ class Simulation:
             hit_tokens_hbm=tier_hits.get("hbm", 0), hit_tokens_peer_hbm=tier_hits.get("peer_hbm", 0),
             hit_tokens_dram=tier_hits.get("dram", 0), hit_tokens_disk=tier_hits.get("disk", 0),
             hit_tokens_remote=tier_hits.get("remote", 0), loaded_bytes=request.loaded_bytes,
+            queue_slot_s=request.queue_slot_s, queue_kv_s=request.queue_kv_s, queue_load_s=request.queue_load_s,
+            queue_step_s=request.queue_step_s,
+            queue_chunk_s=request.queue_chunk_s if request.queue_chunk_s == request.queue_chunk_s else 0.0,
         ))
         self.agentic.on_request_end(request)
         self.diagnostics.observe_request(request)

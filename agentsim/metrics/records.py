@@ -49,6 +49,14 @@ class RequestRecord:
     hit_tokens_disk: int = 0
     hit_tokens_remote: int = 0
     loaded_bytes: float = 0.0
+    # Why it queued (agentsim.cluster.serving.queue_causes; seconds, summing to its time in the
+    # waiting queue): no batch slot, no KV memory, held by its own prefetch, the iteration in
+    # progress. Then, inside prefill_s, the wait for its first prefill chunk (chunk budget).
+    queue_slot_s: float = 0.0
+    queue_kv_s: float = 0.0
+    queue_load_s: float = 0.0
+    queue_step_s: float = 0.0
+    queue_chunk_s: float = 0.0
 
 
 @dataclass(slots=True)
