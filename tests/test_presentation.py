@@ -129,3 +129,97 @@ def test_sweep_dry_run_prints_sizes_in_units():
     proc = run_cli("sweep", str(ROOT / "sweeps" / "load-random.yaml"), "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert "e+" not in proc.stdout and "GB" in proc.stdout
+
+
+def _sweep_like(policies, hits):
+    import pandas as pd
+
+    rows = []
+    for policy, per_capacity in zip(policies, hits):
+        for capacity, hit in zip((20e9, 40e9), per_capacity):
+            rows.append({"policy": policy, "kv_capacity_bytes": capacity, "hit_ratio": hit,
+                         "policy_replay_hit_ratio": hit - 0.01, "belady_replay_hit_ratio": 0.97})
+    return pd.DataFrame(rows)
+
+
+def _line_colors(fig):
+    from matplotlib.colors import to_hex
+
+    return {line.get_label(): to_hex(line.get_color()) for ax in fig.axes for line in ax.get_lines()
+            if not line.get_label().startswith("_")}
+
+
+def test_one_colour_per_policy_across_figures():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from agentsim import plots
+
+    both = plots.hit_ratio_vs_capacity(_sweep_like(["lru", "fifo"], [(0.93, 0.94), (0.92, 0.94)]), bound=None)
+    alone = plots.hit_ratio_vs_capacity(_sweep_like(["fifo"], [(0.92, 0.94)]), bound=None)
+    legend_colors = lambda fig: {t.get_text(): h.get_color() for ax in fig.axes if ax.get_legend()
+                                 for t, h in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles)}
+    from matplotlib.colors import to_hex
+
+    assert to_hex(legend_colors(both)["fifo"]) == to_hex(legend_colors(alone)["fifo"]) == plots.policy_color("fifo")
+    assert plots.policy_color("lru") != plots.policy_color("fifo")
+
+
+def test_hit_ratio_axis_is_zoomed_to_the_data():
+    from agentsim import plots
+
+    fig = plots.hit_ratio_vs_capacity(_sweep_like(["lru", "fifo"], [(0.93, 0.94), (0.935, 0.94)]), bound=None)
+    low, high = fig.axes[0].get_ylim()
+    assert 0.85 < low < 0.93 and 0.94 < high <= 1.002      # 0.93 and 0.94 are far apart on the axis
+
+
+def test_belady_bound_only_in_its_own_units():
+    from agentsim import plots
+
+    table = _sweep_like(["lru"], [(0.93, 0.94)])
+    timed = plots.hit_ratio_vs_capacity(table, hit="hit_ratio")        # tokens, timed: no block bound
+    assert not any("Belady" in label for label in _line_colors(timed))
+    assert any("not comparable" in t.get_text() for t in timed.axes[0].texts)
+    replay = plots.hit_ratio_vs_capacity(table, hit="policy_replay_hit_ratio")
+    assert any("Belady" in label for label in _line_colors(replay))
+
+
+def test_queue_causes_are_columns_that_add_up(small_scenario_yaml):
+    from agentsim.engine.loading import load_scenario
+    from agentsim.engine.simulation import run_scenario
+
+    requests = run_scenario(load_scenario(small_scenario_yaml, ["duration_s=1m"])).tables["requests"]
+    done = requests[~requests.rejected]
+    causes = done[["queue_slot_s", "queue_kv_s", "queue_load_s", "queue_step_s"]].sum(axis=1)
+    assert len(done) > 20 and (causes - done.queue_wait_s).abs().max() < 1e-9
+    assert (done.queue_chunk_s >= 0).all() and (done.queue_chunk_s <= done.prefill_s + 1e-12).all()
+
+
+def _table_width_px(html_text: str, char_px: float = 7.6, cell_padding_px: float = 19.0) -> float:
+    """Estimated rendered width of an HTML table at the report's .85rem font: per column, the
+    longest unbreakable piece (headers wrap at spaces, cells do not wrap) plus padding."""
+    import re
+
+    head = re.findall(r"<th[^>]*>(.*?)</th>", html_text)
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", html_text)]
+    rows = [r for r in rows if r]
+    widths = []
+    for i, header in enumerate(head):
+        longest = max([len(word) for word in header.split()] + [len(r[i]) for r in rows if i < len(r)])
+        widths.append(longest * char_px + cell_padding_px)
+    return sum(widths)
+
+
+def test_report_slowest_requests_table_fits_1280_px(small_scenario_yaml):
+    from agentsim import plots
+    from agentsim.engine.loading import load_scenario
+    from agentsim.engine.simulation import run_scenario
+    from agentsim.report import slowest_requests_table
+
+    requests = run_scenario(load_scenario(small_scenario_yaml, ["duration_s=1m"])).tables["requests"]
+    slow = plots.slowest_requests(requests).head(15)
+    text = slowest_requests_table(slow)
+    assert text.count("<tr>") == len(slow) + 1 and "TTFT" in text
+    # the page body is at most 1200 px wide (1280 px window less margins)
+    assert _table_width_px(text) <= 1200, _table_width_px(text)
+    assert "e-0" not in text and "ms" in text
