@@ -61,7 +61,38 @@ def check_tail_latency(conclusions: dict, prose: str) -> None:
     assert f"took {queue / total:.0%}" in prose or (queue == 0 and "did not queue" in prose)
 
 
-CHECKS = {"01-tail-latency": check_tail_latency}
+def check_lru_vs_policies(conclusions: dict, prose: str) -> None:
+    """03: the best policy and those above LRU per capacity, FIFO against LRU, recomputed from the
+    sweep's results.parquet; and the FIFO = LRU explanation holds in the notebook's own replays."""
+    runs = pd.read_parquet(conclusions["results"])
+    assert (runs.status == "ok").all()
+    runs["capacity"] = runs["hardware.kv_capacity_bytes"].map(lambda v: f"{float(v[:-2]):g}")
+    mean_hit = runs.pivot_table(index="capacity", columns="policy", values="hit_ratio")
+    lru = runs[runs.policy == "lru"].set_index(["capacity", "seed"]).hit_ratio
+    paired = runs.assign(d=runs.hit_ratio - lru.loc[list(zip(runs.capacity, runs.seed))].to_numpy())
+    diff = paired.pivot_table(index="capacity", columns="policy", values="d")
+    for capacity in mean_hit.index:
+        best = mean_hit.loc[capacity].idxmax()
+        assert conclusions["best"][capacity] == best
+        above = sorted(p for p in diff.columns if p != "lru" and diff.loc[capacity, p] > 0)
+        assert sorted(conclusions["beats_lru"][capacity]) == above
+        if above:
+            assert f"**{capacity} GB**" in prose and f"best `{best}`" in prose
+            for policy in above:
+                assert f"`{policy}` (" in prose
+        else:
+            assert f"**{capacity} GB**" in prose and "nothing beats LRU" in prose
+    fifo_gap = float(diff["fifo"].abs().max())
+    assert conclusions["fifo_max_abs_diff"] == pytest.approx(fifo_gap)
+    assert ("equals LRU's at every capacity" in prose) == (fifo_gap == 0)
+    # The stated reason: without dead-end touches LRU and FIFO hit alike; re-reads break it.
+    if conclusions["demo_dead_ends"] == 0:
+        assert conclusions["demo_differ"] == 0
+    assert conclusions["reread_dead_ends"] > 0 and conclusions["reread_differ"] > 0
+    assert f"{conclusions['reread_dead_ends']} dead-end touches made {conclusions['reread_differ']} requests differ" in prose
+
+
+CHECKS = {"01-tail-latency": check_tail_latency, "03-lru-vs-policies": check_lru_vs_policies}
 
 
 @pytest.mark.slow
