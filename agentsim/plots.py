@@ -289,7 +289,13 @@ def hit_ratio_vs_capacity(table: pd.DataFrame, capacity: str = "kv_capacity_byte
             note = "no Belady bound in these results (tiered caches and very long streams skip it)"
         xs = data["_x"].to_numpy(dtype=float)
         if xs.min() > 0 and xs.max() / xs.min() > 4:
+            from matplotlib.ticker import FuncFormatter, NullFormatter
+
             ax.set_xscale("log")
+            # ticks at the capacities run, labelled as numbers (not 4x10^0)
+            ax.set_xticks(sorted(set(xs.tolist())))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(capacity_label or (label(capacity) if capacity_scale == 1e9 or axis_label(capacity) is None else capacity))
         ax.set_ylabel(label(hit))
         zoom_ratio_axis(ax, shown)
