@@ -116,3 +116,16 @@ def test_wheel_runs_its_examples_outside_the_checkout(tmp_path):
     assert (work / "r" / "summary.json").exists() and (work / "r" / "requests.parquet").exists()
     version = subprocess.run(agentsim + ["--version"], capture_output=True, text=True, cwd=work, env=env)
     assert version.stdout.startswith("agentsim ")
+    # The copied notebooks execute too, with the installed package (small scale, as in test_notebooks).
+    execute = ("import sys, nbformat, nbclient\n"
+               "for path in sys.argv[1:]:\n"
+               "    nb = nbformat.read(path, as_version=4)\n"
+               "    nbclient.NotebookClient(nb, timeout=600, kernel_name='python3',\n"
+               "                            resources={'metadata': {'path': 'd/notebooks'}}).execute()\n"
+               "    print('executed', path)\n")
+    notebooks = sorted(str(p.relative_to(work)) for p in (work / "d" / "notebooks").glob("*.ipynb"))
+    assert len(notebooks) == 3
+    ran = subprocess.run([str(python), "-c", execute, *notebooks], capture_output=True, text=True, cwd=work,
+                         env={**env, "AGENTSIM_NOTEBOOK_SCALE": "small"}, timeout=1800)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.count("executed") == 3
