@@ -197,21 +197,8 @@ def _column_sum(column: str) -> Callable[[pd.DataFrame], int]:
     return lambda done: int(done[column].sum()) if len(done) else 0
 
 
-def _column_mean(column: str) -> Callable[[pd.DataFrame], float]:
-    def mean(done: pd.DataFrame) -> float:
-        values = done[column].to_numpy(dtype=float) if len(done) else np.array([])
-        values = values[np.isfinite(values)]
-        return float(values.mean()) if len(values) else float("nan")
-    return mean
-
-
 register(Metric("preempted_recompute_tokens", "tokens recomputed after preemption", "tokens", table="summary",
                 compute=_column_sum("preempted_recompute_tokens")))
-for _cause, _label in (("slot", "no batch slot"), ("kv", "no KV memory"), ("load", "held by its prefetch"),
-                       ("step", "iteration in progress"), ("chunk", "first prefill chunk")):
-    register(Metric(f"queue_{_cause}_mean_s", f"queue mean: {_label} (s)", "s", table="summary",
-                    compute=_column_mean(f"queue_{_cause}_s")))
-del _cause, _label
 # Prefill-ahead of tool output (agentsim/engine/prefill_ahead.py; present when it is on): what
 # it costs. What it buys is the TTFT above, compared with a run without it on the same seed.
 _builtin("prefill_ahead_tokens", "tokens prefilled ahead of calls", "tokens")
