@@ -91,8 +91,10 @@ def is_output_directory(path: Path) -> bool:
     return any((path / marker).exists() for marker in OUTPUT_MARKERS)
 
 
-def check_out_dir(out_dir: Path, force: bool, what: str = "a run's results") -> None:
-    """InputError unless results may be written to ``out_dir`` (see the module docstring)."""
+def check_out_dir(out_dir: Path, force: bool, what: str = "a run's results", owned: bool = False) -> None:
+    """InputError unless results may be written to ``out_dir`` (see the module docstring).
+    ``owned``: the directory is agentsim's by construction (a sweep's ``seed-S/``), whatever
+    it holds (a killed run leaves tables without a summary)."""
     source = str(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError("exists and is not a directory", source)
@@ -104,7 +106,7 @@ def check_out_dir(out_dir: Path, force: bool, what: str = "a run's results") -> 
             entries = [entry.name for entry in os.scandir(out_dir)]
         except OSError as exc:
             raise InputError(f"cannot read the output directory ({exc.strerror})", source) from None
-        if entries and not is_output_directory(out_dir):
+        if entries and not owned and not is_output_directory(out_dir):
             raise InputError(f"holds files that are not agentsim results ({', '.join(sorted(entries)[:3])}"
                              f"{', ...' if len(entries) > 3 else ''}); writing would replace them: choose a new "
                              "or empty --out", source)
@@ -119,16 +121,17 @@ class StagedDirectory:
     error, an interrupt before results exist) removes the staging directory and leaves
     ``out_dir`` as it was. Errors are :class:`InputError` naming ``out_dir``."""
 
-    def __init__(self, out_dir: str | Path, force: bool, what: str = "a run's results"):
+    def __init__(self, out_dir: str | Path, force: bool, what: str = "a run's results", owned: bool = False):
         self.out_dir = Path(out_dir)
         self.force = force
         self.what = what
+        self.owned = owned
         self.staging: Path | None = None
         self._lock_fd: int | None = None
         self._lock_path: Path | None = None
 
     def __enter__(self) -> "StagedDirectory":
-        check_out_dir(self.out_dir, self.force, self.what)
+        check_out_dir(self.out_dir, self.force, self.what, self.owned)
         parent = self.out_dir.absolute().parent
         try:
             parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +139,7 @@ class StagedDirectory:
             raise InputError(f"cannot create the output directory's parent ({exc.strerror})", str(self.out_dir)) from None
         self._lock(parent)
         try:
-            check_out_dir(self.out_dir, self.force, self.what)  # again, now that no one else writes
+            check_out_dir(self.out_dir, self.force, self.what, self.owned)  # again, now that no one else writes
             self.staging = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=parent))
         except OSError as exc:
             self._unlock()

@@ -13,7 +13,7 @@ user would) and requires:
 
 Case ids are the catalogue's names; docs/errors.md lists the same ids, and
 :func:`test_catalogue_is_documented` keeps the two in step (with the cases of
-:mod:`tests.test_bad_input_limits`, the catalogue's continuation).
+:mod:`tests.test_bad_input_limits` and :mod:`tests.test_bad_input_outputs`, its continuations).
 """
 
 from __future__ import annotations
@@ -418,13 +418,15 @@ def _set_into_value(tmp):
 @case("cli-set-unknown-key")
 def _set_unknown(tmp):
     path = _scenario(tmp, BASE, "ok.yaml")
-    return _run(tmp, path) + ["--set", "cache.blok_tokens=16"], [str(path), "cache.blok_tokens", "did you mean 'block_tokens'"]
+    return _run(tmp, path) + ["--set", "cache.blok_tokens=16"], ["--set cache.blok_tokens=16", "cache.blok_tokens",
+                                                                 "did you mean 'block_tokens'"]
 
 
 @case("cli-set-bad-value")
 def _set_bad_value(tmp):
     path = _scenario(tmp, BASE, "ok.yaml")
-    return _run(tmp, path) + ["--set", "cache.block_tokens=-16"], [str(path), "cache.block_tokens", "greater than 0"]
+    return _run(tmp, path) + ["--set", "cache.block_tokens=-16"], ["--set cache.block_tokens=-16", "cache.block_tokens",
+                                                                  "greater than 0"]
 
 
 @case("cli-option-wrong-type")
@@ -491,6 +493,7 @@ def test_catalogue_is_documented():
     """docs/errors.md lists every case id (and no id that is not a case)."""
     text = (ROOT / "docs" / "errors.md").read_text()
     documented = set(re.findall(r"^\| `([a-z0-9-]+)` \|", text, flags=re.M))
-    from tests.test_bad_input_limits import CASES as LIMIT_CASES  # the catalogue's continuation
+    from tests.test_bad_input_limits import CASES as LIMIT_CASES  # the catalogue's continuations
+    from tests.test_bad_input_outputs import CASES as OUTPUT_CASES
 
-    assert documented == {c.id for c in CASES + LIMIT_CASES}
+    assert documented == {c.id for c in CASES + LIMIT_CASES + OUTPUT_CASES}

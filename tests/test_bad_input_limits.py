@@ -73,6 +73,9 @@ _scenario_case("scenario-distribution-negative-loc", "human_gap_s: {dist: expone
 # --- keys that would be ignored ------------------------------------------------------------------
 _scenario_case("scenario-arrival-key-of-other-kind", POISSON, "arrival: {kind: poisson, rate_per_s: 0.5, concurrent: 40}",
                ["arrival.concurrent", "belongs to a population arrival", "kind poisson"])
+# --- a size in bits (an eighth of what was meant, silently) ---------------------------------------
+_scenario_case("scenario-size-in-bits", "kv_capacity_bytes: 6GB", "kv_capacity_bytes: 48Gb",
+               ["hardware.kv_capacity_bytes", "is in bits", "48GB"])
 # --- capacities the hardware does not have -------------------------------------------------------
 _scenario_case("scenario-tier-exceeds-hardware", "disk: {capacity_bytes: 100GB", "disk: {capacity_bytes: 1000TB",
                ["cache.tiers.disk.capacity_bytes", "1000 TB per instance exceed what the hardware has"])

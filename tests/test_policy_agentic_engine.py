@@ -95,6 +95,16 @@ def test_admission_filter_from_the_scenario():
     assert not same_outcome(second, base)
 
 
+def test_second_hit_keeps_sessions_on_the_default_scenario():
+    """Keyed on the block a run starts with (which the session's next call brings back), the
+    filter keeps the second use: hits are well above zero, though below admitting everything."""
+    default = ROOT / "scenarios" / "coding-agents.yaml"
+    second = run(default, "duration_s=3m", "cache.admission=second_hit")
+    base = run(default, "duration_s=3m")
+    assert second["evictions_by_reason_blocks"]["admission"] > 0
+    assert 0.1 * base["hit_ratio"] < second["hit_ratio"] < base["hit_ratio"]
+
+
 def test_do_not_cache_decode_recomputes_the_previous_output():
     from agentsim.engine.loading import load_scenario
     from agentsim.engine.simulation import run_scenario

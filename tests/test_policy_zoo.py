@@ -286,6 +286,20 @@ def test_second_hit_filter_frees_first_use_at_once():
     cache.check_invariants()
 
 
+def test_second_hit_keeps_a_growing_session_on_its_next_call():
+    """A session's calls grow: each brings the previous run back plus new blocks. Keyed on the
+    run's first block, the second release is kept and the third call hits; keyed on the deepest
+    block (new every call) nothing would ever be kept."""
+    cache, _ = make("lru", 50)
+    cache.admission = ADMISSION_FILTERS.get("second_hit")()
+    assert run_request(cache, [1, 2, 3], 0.0) == 0
+    assert cache.resident_blocks == 0
+    assert run_request(cache, [1, 2, 3, 4, 5], 1.0) == 0  # recomputed, now kept
+    assert cache.resident_blocks == 5
+    assert run_request(cache, [1, 2, 3, 4, 5, 6, 7], 2.0) == 5
+    cache.check_invariants()
+
+
 def test_gdsf_unit_cost_is_lfu_with_dynamic_aging():
     """Reference LFU-DA on a flat stream: K = L + freq, L = K of the last victim."""
     rng = np.random.default_rng(5)

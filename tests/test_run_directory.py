@@ -138,6 +138,16 @@ def test_sweep_resume_redoes_a_run_whose_summary_is_unreadable(tmp_path, content
     assert _siblings(run) == []
 
 
+def test_sweep_rewrites_a_run_directory_a_killed_run_left_without_summary(tmp_path):
+    store = SweepStore(tmp_path / "sweep")
+    run = store.run_dir("cell", 3)
+    run.mkdir(parents=True)
+    (run / "requests.parquet").write_bytes(b"half-written")
+    assert not store.is_done("cell", 3)
+    store.write_outcome(RunOutcome(cell_id="cell", seed=3, summary={"requests": 4}, tables_parquet={}))
+    assert sorted(p.name for p in run.iterdir()) == ["summary.json"]
+
+
 def _children(pid: int) -> list[int]:
     out = []
     for entry in Path("/proc").iterdir():

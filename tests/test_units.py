@@ -39,3 +39,10 @@ def test_flops_and_counts():
 def test_wrong_units_are_rejected(parser, text):
     with pytest.raises(UnitError):
         parser(text)
+
+
+@pytest.mark.parametrize("text", ["48Gb", "1Tb", "10Mib"])
+def test_a_size_in_bits_is_refused_with_the_byte_spelling(text):
+    """Bits are for link speeds; a capacity in bits would silently be an eighth of the intent."""
+    with pytest.raises(UnitError, match="is in bits"):
+        parse_bytes(text)

@@ -147,25 +147,44 @@ class TierStaging:
         hbm.reserved_blocks -= used
         if n_reserved - used:
             self.release(n_reserved - used)
-        for node in arrived:
-            self._free_exclusive_copies(node)
+        # Exclusive tiers give up what arrived. Walk the path rather than ``arrived``: a policy
+        # may split an arriving node as it enters HBM (S3-FIFO splits runs by ghost
+        # membership), and the new upper part holds the same copies.
+        node = deepest
+        while node.parent is not None:
+            if node.entries[0] is not None and not node.loading:
+                self._free_exclusive_copies(node)
+            node = node.parent
         return by_source
 
     def _release_io(self, entries: list[TierEntry]) -> None:
         """Drop one transfer pin from each entry; lazy policy heaps may have discarded entries
-        seen pinned, so re-announce the ones that became evictable."""
+        seen pinned, so re-announce the ones that became evictable. An exclusive copy kept
+        only because a transfer pinned it while the block arrived elsewhere goes now."""
         for entry in entries:
             entry.io_ref -= 1
         for entry in entries:
-            if entry.alive and entry.io_ref == 0 and entry.tier.is_evictable(entry):
+            if not entry.alive or entry.io_ref:
+                continue
+            if not entry.tier.inclusive and not entry.node.loading:
+                self._free_exclusive_copies(entry.node)
+            if entry.alive and entry.tier.is_evictable(entry):
                 entry.tier.policy.on_candidate(entry)
 
-    def _free_exclusive_copies(self, node: TNode) -> None:
-        """Exclusive tiers give up their copy once the block is in HBM."""
+    def _free_exclusive_copies(self, node: TNode) -> bool:
+        """An exclusive tier holds a block only where no other tier does: once the block has a
+        copy in HBM or another tier, the exclusive tiers' unpinned copies go. A copy pinned by a
+        transfer stays until the pin is released (:meth:`_release_io` comes back here).
+        Returns whether a copy was freed."""
+        freed = False
         for t in range(1, self.n_tiers):
             entry = node.entries[t]
-            if entry is not None and not self.tiers[t].inclusive and entry.io_ref == 0:
+            if entry is None or self.tiers[t].inclusive or entry.io_ref:
+                continue
+            if any(other is not None for s, other in enumerate(node.entries) if s != t):
                 self._leave(node, t, "promoted")
+                freed = True
+        return freed
 
     def stage(self, node: TNode, t: int, now_s: float) -> bool:
         """Copy ``node`` from a lower tier into tier ``t`` (prefetch staging into DRAM)."""

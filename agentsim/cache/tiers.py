@@ -296,7 +296,11 @@ class TieredCache(TierStaging):
             self._split(node, len(node.keys) - n_blocks)
         t = self.tiers[tier]
         nxt = tier + 1
-        if nxt < self.n_tiers and node.entries[nxt] is None and self.tiers[nxt].write_policy == "write_back":
+        # An exclusive tier takes a demoted block only if no tier above still holds it (a DRAM
+        # victim that HBM still holds is not copied down: that would be two copies).
+        demote = (nxt < self.n_tiers and node.entries[nxt] is None and self.tiers[nxt].write_policy == "write_back"
+                  and (self.tiers[nxt].inclusive or all(node.entries[s] is None for s in range(tier))))
+        if demote:
             if self._write(node, nxt, now_s):
                 self.demoted_blocks[nxt] += len(node.keys)
         self._leave(node, tier, reason)

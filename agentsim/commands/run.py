@@ -53,6 +53,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Simulate a scenario; write summary.json, requests.parquet and scenario.resolved.yaml."""
         from agentsim.engine.loading import load_scenario
+        from agentsim.engine.run_warnings import result_warnings, scenario_warnings
         from agentsim.engine.simulation import StopRequest, run_scenario
         from agentsim.errors import InputError
         from agentsim.results import write_run_files
@@ -63,6 +64,9 @@ def register(app: typer.Typer) -> None:
             overrides.append("run.check_invariants=true")
         scenario = load_scenario(scenario_file, overrides, seed)
         out_dir = out or Path("runs") / scenario.name
+        warned = scenario_warnings(scenario)
+        for note in warned:
+            sys.stderr.write(f"warning: {note}\n")
         stop = StopRequest()
         # --out is checked, locked and staged before the simulation: a read-only or busy
         # directory is found at once, and the results replace it whole (run_directory).
@@ -80,8 +84,10 @@ def register(app: typer.Typer) -> None:
                 raise InputError(f"cannot write results ({exc.strerror or exc}); the previous contents are unchanged",
                                  str(out_dir)) from None
             target.commit()
-        if result.summary.get("ttl_warning"):
-            sys.stderr.write(f"warning: {result.summary['ttl_warning']}\n")
+        ttl_warned = any("TTL" in note for note in warned)  # said before the run: not again
+        for note in result_warnings(result.summary):
+            if not (ttl_warned and note == result.summary.get("ttl_warning")):
+                sys.stderr.write(f"warning: {note}\n")
         if not quiet:
             console.print(summary_table(result.summary, title=f"{scenario.name} (seed {scenario.seed})"))
             by_class = agent_class_table(result.summary)

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentsim.config.resolve import resolve_fit_references, resolve_profiles
 from agentsim.config.scenario import Scenario
-from agentsim.config.yaml_paths import Path_, format_path, locate
+from agentsim.config.yaml_paths import LineMap, Path_, blame, format_path
 from agentsim.errors import FieldError, InputError, closest_name, did_you_mean
 from agentsim.input_files import read_input_text
 from agentsim.yaml_text import load_document, safe_load
@@ -269,7 +269,7 @@ def validation_error_to_input_error(exc: ValidationError, source: str, lines: di
         message = f"unknown distribution {error.get('input', {}).get('dist') if isinstance(error.get('input'), dict) else error.get('input')!r}; expected one of {error['ctx'].get('expected_tags')}"
     elif "input" in error and not isinstance(error["input"], (dict, list)):
         message = f"{message} (got {error['input']!r})"
-    return InputError(message, source, locate(lines, path))
+    return InputError(message, *blame(lines, source, path))  # a --set value is blamed on the option
 
 
 def read_scenario(path: str | Path, overrides: list[str] | None = None,
@@ -284,6 +284,10 @@ def read_scenario(path: str | Path, overrides: list[str] | None = None,
         raise InputError(f"this is a sweep file, not a scenario: run it with 'agentsim sweep {path}'", str(path), "line 1")
     if overrides:
         data = apply_overrides(data, overrides)
+        lines = LineMap(lines)
+        for text in overrides:
+            parts, _ = parse_override(text)
+            lines.overrides[tuple(int(p) if p.isdigit() else p for p in parts)] = text.strip()
     if seed is not None:
         data["seed"] = seed
     return data, lines

@@ -19,6 +19,20 @@ from agentsim.config.distributions import DistributionSpec, require_support_at_l
 from agentsim.config.disaggregation import DisaggregationConfig, check_pools
 
 
+def check_output_name(value: str) -> str:
+    """``value`` if it can name a directory under ``runs/``; ValueError otherwise.
+
+    The default output directory is ``runs/<name>``: a name with a path separator, ``..`` or
+    an absolute path would write outside ``runs/`` (``name: ../x`` or ``/etc``), so a name is
+    one plain path component. ``--out`` chooses any other place on purpose."""
+    if not value.strip():
+        raise ValueError("name must not be empty")
+    if "/" in value or "\\" in value or "\x00" in value or value.strip() in (".", ".."):
+        raise ValueError(f"name {value!r} must be a plain name (no '/', '\\', '..'): it names the directory "
+                         "under runs/ (use --out to write elsewhere)")
+    return value
+
+
 class Strict(BaseModel):
     # Infinity and NaN are never a valid setting (`rate_per_s: .inf` would hang the run,
     # `min: .nan` compares false with everything): every float field must be finite.
@@ -517,9 +531,7 @@ class Scenario(Strict):
     @field_validator("name")
     @classmethod
     def _name_ok(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("name must not be empty")
-        return value
+        return check_output_name(value)
 
     @model_validator(mode="after")
     def _within_limits(self):

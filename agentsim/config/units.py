@@ -85,6 +85,11 @@ def parse_bytes(value: Any) -> float:
         raise UnitError(f"{value!r} is a bandwidth, expected a size such as '288GB'")
     if unit.lower() in _DURATION and unit not in ("", "B") and unit not in ("m",):
         raise UnitError(f"{value!r} is a duration, expected a size such as '288GB'")
+    if len(unit) > 1 and unit.endswith("b") and unit[:-1] in {**_DECIMAL, **_BINARY}:
+        # Bits are a unit of link speeds; a capacity written in them is almost surely meant in
+        # bytes, and reading it as bits would silently simulate an eighth of the memory.
+        raise UnitError(f"{value!r} is in bits (lowercase b); write a size in bytes, e.g. "
+                        f"'{number:g}{unit[:-1]}B' (or '{number / 8:g}{unit[:-1]}B' if you meant bits)")
     return _finite(number * _byte_multiplier(unit, value), value)
 
 

@@ -25,3 +25,35 @@ def locate(lines: dict[Path_, int], path: Path_) -> str:
         probe = probe[:-1]
     text = format_path(tuple(path))
     return f"line {lines[probe]}: {text}" if probe else text
+
+
+class LineMap(dict):
+    """Path -> line of a parsed file, plus the paths that ``--set`` replaced (path -> the
+    ``PATH=VALUE`` text): a value given on the command line has no line in the file, and an
+    error in it is blamed on the option (:func:`override_at`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.overrides: dict[Path_, str] = {}
+
+
+def override_at(lines: dict, path: Path_) -> str | None:
+    """The ``--set PATH=VALUE`` text whose path is ``path`` or one of its ancestors, or None."""
+    overrides = getattr(lines, "overrides", None)
+    if not overrides:
+        return None
+    probe = tuple(path)
+    while probe:
+        if probe in overrides:
+            return overrides[probe]
+        probe = probe[:-1]
+    return None
+
+
+def blame(lines: dict, source: str, path: Path_) -> tuple[str, str]:
+    """(source, location) for an error at ``path``: the file and ``line N: path``, or, for a
+    value a ``--set`` gave, that option and the path."""
+    given = override_at(lines, path)
+    if given is not None:
+        return f"--set {given}", format_path(tuple(path))
+    return source, locate(lines, path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from agentsim.config.yaml_paths import locate
+from agentsim.config.yaml_paths import blame
 from agentsim.errors import InputError, did_you_mean
 from agentsim.hardware.tier_kinds import lower_tier_names
 
@@ -14,7 +14,7 @@ def check_registered(registry, name, params, name_path: tuple, params_path: tupl
     the message names the YAML line and path, and suggests the closest known parameter for an
     unknown one."""
     if name not in registry:
-        raise InputError(registry.unknown_message(name), source, locate(lines, name_path))
+        raise InputError(registry.unknown_message(name), *blame(lines, source, name_path))
     try:
         registry.validate_params(name, params)
     except ValidationError as exc:
@@ -25,9 +25,9 @@ def check_registered(registry, name, params, name_path: tuple, params_path: tupl
             model = registry.params_model(name)
             hint = did_you_mean(sub[-1], model.model_fields, cutoff=0.5) if model else ""
             message = f"unknown parameter {sub[-1]!r} for {registry.kind} {name!r}{hint}"
-        raise InputError(message, source, locate(lines, params_path + sub)) from None
+        raise InputError(message, *blame(lines, source, params_path + sub)) from None
     except ValueError as exc:
-        raise InputError(str(exc), source, locate(lines, params_path)) from None
+        raise InputError(str(exc), *blame(lines, source, params_path)) from None
 
 
 def check_policy_ref(ref, path: tuple, source: str, lines: dict) -> None:
@@ -44,6 +44,11 @@ def check_policies(scenario, source: str, lines: dict) -> None:
     ref = scenario.cache.admission
     check_registered(ADMISSION_FILTERS, ref.name, ref.params, ("cache", "admission", "name"),
                      ("cache", "admission", "params"), source, lines)
+    tiers = scenario.cache.tiers
+    if (ref.name != "admit_all" or ref.params) and tiers is not None and tiers.active():
+        # Checked here, with the file and line, not when the engine is built.
+        raise InputError(f"cache.admission {ref.name!r} applies to the HBM-only cache; this scenario enables "
+                         "cache.tiers (not supported yet): remove one of them", *blame(lines, source, ("cache", "admission")))
 
 
 def check_components(scenario, source: str, lines: dict) -> None:
@@ -58,7 +63,7 @@ def check_components(scenario, source: str, lines: dict) -> None:
         for name in tiers.extra_tier_names():
             if name not in kinds:
                 raise InputError(f"unknown tier {name!r}{did_you_mean(name, kinds)}; tier kinds: {', '.join(kinds)}",
-                                 source, locate(lines, ("cache", "tiers", name)))
+                                 *blame(lines, source, ("cache", "tiers", name)))
         for name, tier in tiers.lower_tiers():
             check_policy_ref(tier.eviction, ("cache", "tiers", name, "eviction"), source, lines)
         check_no_orphans_in_tiers(scenario, source, lines)
@@ -71,7 +76,7 @@ def check_components(scenario, source: str, lines: dict) -> None:
         problem = tiers_config_problem(scenario)
         if problem is not None:
             message, path = problem
-            raise InputError(message, source, locate(lines, path))
+            raise InputError(message, *blame(lines, source, path))
     serving = scenario.serving
     check_registered(ROUTERS, serving.router, serving.router_params, ("serving", "router"),
                      ("serving", "router_params"), source, lines)
@@ -104,4 +109,4 @@ def check_no_orphans_in_tiers(scenario, source: str, lines: dict) -> None:
                 f"policy {ref.name!r} in tree_mode 'flat' evicts runs whose descendants stay resident, "
                 "which a tiered cache does not model (each tier keeps its copies prefix-closed); "
                 "set params: {tree_mode: leaf_only} (or cascade) for this tier",
-                source, locate(lines, path))
+                *blame(lines, source, path))

@@ -3,7 +3,8 @@
 * :class:`LocalExecutor` - a process pool on this machine (default: all cores). With one
   worker it runs in this process (no pool start-up, easiest to debug).
 * :class:`DaskExecutor` - dask.distributed: ``"local"`` starts a LocalCluster whose scheduler
-  and workers are separate processes; ``"tcp://HOST:PORT"`` connects to an existing scheduler.
+  and workers are separate processes, over TLS with a temporary certificate;
+  ``"tls://HOST:PORT"`` connects to an existing scheduler (``tcp://`` only on request).
   Workers need agentsim importable (same environment); they need no shared files because
   tasks carry resolved scenarios and outcomes carry the results.
 
@@ -153,8 +154,27 @@ class LocalExecutor:
         pass
 
 
+#: Set to 1 to let ``--dask tcp://...`` connect to a scheduler without TLS (a trusted network).
+DASK_INSECURE_ENV = "AGENTSIM_DASK_INSECURE"
+
+
+def _local_security():
+    """TLS with a throw-away CA and certificate shared by this process, the scheduler and the
+    workers (``Security.temporary``, which needs ``cryptography``): another local process cannot
+    attach to the cluster and run code in the sweep, as it could on plain loopback TCP."""
+    from distributed.security import Security
+
+    try:
+        return Security.temporary()
+    except ImportError as exc:
+        raise InputError(f"a local Dask cluster is secured with TLS, which needs the 'cryptography' package ({exc}); "
+                         "install it (pip install cryptography)", "--dask") from None
+
+
 class DaskExecutor:
-    """dask.distributed client over a LocalCluster (``"local"``) or an existing scheduler address."""
+    """dask.distributed client over a LocalCluster (``"local"``, TLS with a temporary
+    certificate) or an existing scheduler address (``tls://`` with the security of the dask
+    configuration; plain ``tcp://`` only when :data:`DASK_INSECURE_ENV` says so)."""
 
     def __init__(self, address: str, workers: int | None = None):
         try:
@@ -164,6 +184,7 @@ class DaskExecutor:
         self.cluster = None
         if address == "local":
             n = workers or default_workers()
+            security = _local_security()
             # processes=True: the scheduler's workers are separate processes (no GIL sharing).
             # Worker processes start with SIGINT ignored (inherited through fork and exec):
             # Ctrl-C reaches the whole process group, and only this process should act on it,
@@ -171,17 +192,25 @@ class DaskExecutor:
             previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
             try:
                 self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                            dashboard_address=None, silence_logs=40)
+                                            dashboard_address=None, silence_logs=40,
+                                            security=security, protocol="tls://")
             finally:
                 signal.signal(signal.SIGINT, previous)
-            self.client = Client(self.cluster)
-            self.description = f"dask LocalCluster, {n} worker processes"
+            self.client = Client(self.cluster, security=security)
+            self.description = f"dask LocalCluster over TLS, {n} worker processes"
         else:
             if not address.startswith(("tcp://", "tls://", "inproc://", "ucx://", "ws://", "wss://")):
-                raise InputError(f"expected 'local' or a scheduler address like tcp://HOST:8786, got {address!r}", "--dask")
+                raise InputError(f"expected 'local' or a scheduler address like tls://HOST:8786, got {address!r}", "--dask")
+            if not address.startswith(("tls://", "wss://")) and os.environ.get(DASK_INSECURE_ENV) != "1":
+                # Tasks and results travel as pickles: whoever runs that scheduler, or can reach
+                # its port, runs code in this process. Only TLS authenticates both ends.
+                raise InputError(f"{address} is not encrypted or authenticated, and results come back as pickles "
+                                 "(whoever can reach that scheduler runs code here); use tls://HOST:PORT with the "
+                                 "distributed.comm.tls settings of the dask configuration, or set "
+                                 f"{DASK_INSECURE_ENV}=1 on a network you trust", "--dask")
             try:
                 self.client = Client(address, timeout="15s")
-            except (OSError, TimeoutError) as exc:
+            except (OSError, TimeoutError, TypeError, ValueError) as exc:
                 raise InputError(f"cannot connect to the Dask scheduler ({exc})", "--dask", address) from None
             self.description = f"dask scheduler {address}"
 

@@ -42,10 +42,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agentsim.config.loader import read_yaml, validation_error_to_input_error
 from agentsim.config.yaml_paths import locate
-from agentsim.errors import InputError
+from agentsim.config.scenario import check_output_name
+from agentsim.errors import FieldError, InputError
+from agentsim.input_files import env_limit
 
 DEFAULT_METRICS = ["hit_ratio", "ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "sla_attainment",
                    "cost_per_million_tokens_usd", "provider_bill_usd"]
+
+
+#: Most runs (cells x seeds) one sweep may ask for; far above any study in docs/ (a few
+#: hundred). Raised on purpose with the environment variable.
+DEFAULT_MAX_SWEEP_RUNS = 100_000
+MAX_SWEEP_RUNS_ENV = "AGENTSIM_MAX_SWEEP_RUNS"
 
 
 class _Strict(BaseModel):
@@ -131,6 +139,32 @@ class SweepSpec(_Strict):
                 raise ValueError("seeds must be a non-empty list of distinct non-negative integers")
         return value
 
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, value: str) -> str:
+        return check_output_name(value)
+
+    @model_validator(mode="after")
+    def _runs_within_limit(self):
+        """Cells x seeds counted from the axes' lengths, before any cell is built: a 30^8 grid
+        or ``seeds: 1000000000`` is refused at once, also under ``--dry-run``."""
+        limit = env_limit(MAX_SWEEP_RUNS_ENV, DEFAULT_MAX_SWEEP_RUNS)
+        seeds = self.seeds if isinstance(self.seeds, int) else len(self.seeds)
+        cells = 1
+        for values in self.axes.grid.values():
+            cells *= len(values)
+        for group in self.axes.zip:
+            cells *= len(next(iter(group.values())))
+        if self.axes.random is not None:
+            cells *= self.axes.random.samples
+        if seeds > limit:
+            raise FieldError(("seeds",), f"{seeds:,} seeds exceed the limit of {limit:,} runs per sweep "
+                                         f"(raise it with {MAX_SWEEP_RUNS_ENV}=N if this is intended)")
+        if cells * seeds > limit:
+            raise FieldError(("axes",), f"{cells:,} cells x {seeds:,} seeds = {cells * seeds:,} runs exceed the limit "
+                                        f"of {limit:,} runs per sweep (raise it with {MAX_SWEEP_RUNS_ENV}=N if this is intended)")
+        return self
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -200,9 +234,12 @@ def load_sweep(path: str | Path) -> LoadedSweep:
     except ValidationError as exc:
         raise validation_error_to_input_error(exc, str(path), lines, root=SweepSpec) from None
     base_path = (path.parent / spec.base).resolve() if not Path(spec.base).is_absolute() else Path(spec.base)
-    base_data, base_lines = read_yaml(base_path)
+    try:
+        base_data, base_lines = read_yaml(base_path)
+    except InputError as exc:  # blame the sweep file's base: line, and say what is wrong with the file
+        raise InputError(f"base scenario {exc.render()}", str(path), locate(lines, ("base",))) from None
     if not isinstance(base_data, dict):
-        raise InputError("the base scenario must be a mapping of sections", str(base_path), "line 1")
+        raise InputError(f"base scenario {base_path} must be a mapping of sections", str(path), locate(lines, ("base",)))
     return LoadedSweep(spec=spec, source=str(path), base_path=base_path, base_data=base_data,
                        base_lines=base_lines, lines=lines)
 

@@ -81,7 +81,7 @@ class SweepStore:
         :class:`agentsim.run_directory.StagedDirectory`): tables, resolved scenario and
         summary.json, or error.json."""
         directory = self.run_dir(outcome.cell_id, outcome.seed)
-        with StagedDirectory(directory, force=True, what="a run") as target:
+        with StagedDirectory(directory, force=True, what="a run", owned=True) as target:
             try:
                 if not outcome.ok:
                     (target.staging / "error.json").write_bytes((json.dumps(

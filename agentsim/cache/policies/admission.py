@@ -6,8 +6,11 @@ Set ``cache.admission = ADMISSION_FILTERS.get(name)(params)``; at unpin the cach
 ``admit_all`` reproduces the unfiltered run exactly.
 
 * ``second_hit`` (vLLM's offload reuse filter, ``store_threshold = 2``): keep a run only once
-  its deepest block has been released at least ``threshold`` times, counted in a bounded LRU
-  table of ``table_entries`` keys.
+  the block it starts with has been released at least ``threshold`` times, counted in a bounded
+  LRU table of ``table_entries`` keys. The first block is what a real filter sees again: the
+  first block a request brings beyond the cached prefix. A session's next call recomputes a
+  rejected run from the same block, so its second release is kept; the run's deepest block
+  (the newest output) is new on every call and would never reach the threshold.
 * ``no_decode_cache`` (do not cache decode): only the prompt's blocks are committed after a
   call; the blocks holding generated tokens are freed when the request ends, so an agent's next
   call recomputes its previous output. The serving instance asks ``caches_decode``.
@@ -65,7 +68,7 @@ class NoDecodeCache(AdmissionFilter):
 
 class SecondHitParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    threshold: int = Field(2, ge=1, description="releases of a run's deepest block before it is kept")
+    threshold: int = Field(2, ge=1, description="releases of a run's first block before it is kept")
     table_entries: int = Field(64000, gt=0, description="LRU table size (keys)")
 
 
@@ -80,7 +83,7 @@ class SecondHit(AdmissionFilter):
         self._seen: OrderedDict[int, int] = OrderedDict()
 
     def admit(self, node, cache):
-        key = node.keys[-1]
+        key = node.keys[0]  # where the run starts: the same on the call that brings it back
         count = self._seen.pop(key, 0) + 1
         self._seen[key] = count
         if len(self._seen) > self.params.table_entries:
