@@ -6,13 +6,19 @@ parameter's YAML path like any other scenario error.
 
 A registry lives outside the package of its plugins (e.g. ``agentsim/cache/registries.py`` for
 the policies of ``agentsim/cache/policies/``), so a plugin module imports the registry without
-importing the package that imports every plugin. Given ``plugins`` (a package name), the registry
-imports that package on its first lookup, so every built-in is registered whichever module a
-caller imported first.
+importing the package that imports every plugin. Two ways make every built-in available
+whichever module a caller imported first:
+
+- *declared* names (:meth:`Registry.declare`): the registry knows each built-in's name and the
+  module that registers it, and imports that one module the first time the name is looked up,
+  so a command that needs one policy does not pay for importing twenty;
+- a ``plugins`` package: imported whole on the first lookup (for registries whose plugins are
+  few and cheap).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -29,14 +35,33 @@ class Registry(Generic[T]):
         self.kind = kind
         self._classes: dict[str, type[T]] = {}
         self._plugins = plugins
+        self._declared: dict[str, str] = {}  # name -> module that registers it when imported
 
     def _load_plugins(self) -> None:
         """Import the plugin package once (its modules register themselves)."""
         if self._plugins is not None:
             package, self._plugins = self._plugins, None  # cleared first: the import re-enters
-            import importlib
-
             importlib.import_module(package)
+
+    def declare(self, names: list[str], module: str) -> None:
+        """Promise that importing ``module`` registers every name of ``names``.
+
+        The names are listed and accepted at once; the module is imported on first lookup.
+        """
+        for name in names:
+            self._declared[name] = module
+
+    def _load(self, name: str) -> None:
+        """Make ``name`` registered if a declaration or the plugin package provides it."""
+        if name in self._classes:
+            return
+        module = self._declared.get(name)
+        if module is None:
+            self._load_plugins()
+            return
+        importlib.import_module(module)
+        if name not in self._classes:
+            raise RuntimeError(f"{module} was declared to register {self.kind} {name!r} but did not")
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
         def decorator(cls: type[T]) -> type[T]:
@@ -54,14 +79,16 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         self._load_plugins()
-        return sorted(self._classes)
+        return sorted(set(self._classes) | set(self._declared))
 
     def __contains__(self, name: str) -> bool:
+        if name in self._classes or name in self._declared:
+            return True
         self._load_plugins()
         return name in self._classes
 
     def get(self, name: str) -> type[T]:
-        self._load_plugins()
+        self._load(name)
         try:
             return self._classes[name]
         except KeyError:

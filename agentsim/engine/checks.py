@@ -81,6 +81,12 @@ def check_components(scenario, source: str, lines: dict) -> None:
                          ("serving", "disaggregation", "decode_router"),
                          ("serving", "disaggregation", "decode_router_params"), source, lines)
 
+    from agentsim.engine.prefill_ahead import PREFILL_AHEAD
+
+    ref = serving.prefill_ahead
+    check_registered(PREFILL_AHEAD, ref.name, ref.params, ("serving", "prefill_ahead", "name"),
+                     ("serving", "prefill_ahead", "params"), source, lines)
+
 
 def check_no_orphans_in_tiers(scenario, source: str, lines: dict) -> None:
     """A tiered cache keeps each tier's copies prefix-closed, so a policy that evicts runs with

@@ -31,7 +31,9 @@ Added to every run's ``summary.json`` (and the printed table) by the engine:
   the difference is the policy's, not the timing's). In timed runs Belady itself is replay-only
   (a clairvoyant future depends on the timing the policy creates). Skipped (null) for caches
   with lower tiers, for streams of more than :data:`HEADROOM_MAX_BLOCKS` blocks and when the
-  scenario sets ``run.belady_headroom: false`` (the stream is then not kept either).
+  scenario sets ``run.belady_headroom: false`` (the stream is then not kept either); a stream is
+  dropped the moment it exceeds the limit, so a long run does not hold every request's keys
+  only to skip the replay. ``belady_headroom_skipped`` says why it was skipped (null: it ran).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ from agentsim.cache.sequential import replay_sequence
 REASONS = ("capacity", "ttl_expiry", "pin_timeout", "pressure_unpin", "mutation", "admission")
 TTL_COUNTERS = ("ttl_expirations_blocks", "capacity_evictions_blocks", "pins_created", "pins_honored",
                 "pins_timed_out", "pins_broken_by_pressure")
-#: Replays of streams with more requested blocks than this are skipped (keeps big runs fast).
+#: Replays of streams with more requested blocks than this are skipped (keeps big runs fast);
+#: the stream is dropped as soon as it grows past it (its keys are most of a long run's memory).
 HEADROOM_MAX_BLOCKS = 20_000_000
 
 
@@ -122,6 +125,11 @@ class RunDiagnostics:
         # The headroom replay needs every request's keys; keep them only if it will run (not
         # with tiers, whose replay is not defined, nor when the scenario switches it off).
         self.keep_stream = not self.tiered and scenario.run.belady_headroom
+        #: Why the headroom replay will not run (None while it may).
+        self.headroom_skipped: str | None = (
+            "lower tiers (the replay models one cache tier)" if self.tiered
+            else None if scenario.run.belady_headroom else "run.belady_headroom is false")
+        self.stream_blocks = 0      # total blocks (prompt plus output) of the kept stream
         self.max_inflight_s = 0.0   # longest in-flight pin (admission to finish) of any request
 
     def observe_request(self, request) -> None:
@@ -135,6 +143,15 @@ class RunDiagnostics:
             return
         self.streams[request.instance].append(
             (request.admitted_s, request.request_id, request.prompt_keys, request.total_keys))
+        self.stream_blocks += len(request.total_keys)
+        if self.stream_blocks > HEADROOM_MAX_BLOCKS:
+            self._drop_stream(f"request stream exceeded {HEADROOM_MAX_BLOCKS:,} blocks")
+
+    def _drop_stream(self, reason: str) -> None:
+        """Stop keeping the headroom stream and free what was kept (the replay is skipped)."""
+        self.keep_stream = False
+        self.headroom_skipped = reason
+        self.streams = {instance: [] for instance in self.streams}
 
     @staticmethod
     def _tiers(inst) -> list:
@@ -218,12 +235,12 @@ class RunDiagnostics:
         return out
 
     def headroom(self) -> dict[str, Any]:
-        empty = {"belady_replay_hit_ratio": None, "policy_replay_hit_ratio": None, "belady_headroom": None}
+        empty = {"belady_replay_hit_ratio": None, "policy_replay_hit_ratio": None, "belady_headroom": None,
+                 "belady_headroom_skipped": self.headroom_skipped}
         if not self.keep_stream:
             return empty
-        total_blocks = sum(len(total) for stream in self.streams.values() for _t, _i, _p, total in stream)
-        if total_blocks == 0 or total_blocks > HEADROOM_MAX_BLOCKS:
-            return empty
+        if self.stream_blocks == 0:
+            return {**empty, "belady_headroom_skipped": "no request used the cache"}
         started = time.perf_counter()
         ref = self.scenario.cache.eviction
         policy_cls = EVICTION_POLICIES.get(ref.name)
@@ -242,8 +259,8 @@ class RunDiagnostics:
                 policy = policy_cls(EVICTION_POLICIES.validate_params(ref.name, ref.params))
                 pol_hits += replay_stream(stream, capacity, policy)[0]
         if requested == 0:
-            return empty
+            return {**empty, "belady_headroom_skipped": "no request used the cache"}
         opt = opt_hits / requested
         pol = pol_hits / requested
         return {"belady_replay_hit_ratio": opt, "policy_replay_hit_ratio": pol, "belady_headroom": opt - pol,
-                "headroom_replay_wall_s": time.perf_counter() - started}
+                "belady_headroom_skipped": None, "headroom_replay_wall_s": time.perf_counter() - started}

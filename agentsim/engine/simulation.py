@@ -29,6 +29,7 @@ from agentsim.metrics.summary import summarize_requests
 from agentsim.engine.agentic import AgenticWiring
 from agentsim.engine.collector import freezing_collector
 from agentsim.engine.diagnostics import RunDiagnostics
+from agentsim.engine.prefill_ahead import PrefillAhead
 from agentsim.metrics.timeseries import TimeSeriesSampler
 from agentsim.errors import InvariantViolation
 from agentsim.hardware.tier_kinds import tier_names
@@ -152,6 +153,11 @@ class Simulation:
                        else self.disaggregated.front)
         self.driver = (driver_factory or AgentDriver)(self.env, scenario, self._submit, on_mutation=self._on_mutation)
         self.driver.on_idle = self._maybe_finish
+        # Prefill-ahead of tool output during tool gaps (off by default).
+        self.prefill_ahead = None
+        if scenario.serving.prefill_ahead.name != "none" and hasattr(self.driver, "prefill_ahead"):
+            self.prefill_ahead = PrefillAhead(self.env, scenario, self.instances)
+            self.driver.prefill_ahead = self.prefill_ahead
         # Policy timers (TTL expiry, pin time-outs), tool start/end events, admission filters;
         # then the diagnostics (evictions by reason, T_C, regime, Belady headroom).
         self.agentic = AgenticWiring(self.env, scenario, self.instances, self.driver)
@@ -204,6 +210,11 @@ class Simulation:
             raise InvariantViolation(f"token conservation of request {request.request_id}: {problem}")
 
     def _on_finish(self, request: LLMRequest) -> None:
+        if request.background:  # a prefill ahead of a call, not a call
+            if self.check_invariants:
+                self._check_conservation(request)
+            self.prefill_ahead.on_finish(request)
+            return
         self.router.on_finish(request)  # the response has ended: the router's load bookkeeping
         if self.check_invariants:
             self._check_conservation(request)
@@ -373,6 +384,8 @@ class Simulation:
         summary["slo_ttft_p99_met"] = (bool(ttft_p99 <= scenario.slo.ttft_p99_s) if scenario.slo.ttft_p99_s is not None else None)
         summary["sla_target_met"] = bool(summary["sla_attainment"] >= scenario.slo.attainment_target) if summary["requests"] else False
         summary.update(self.diagnostics.summary())
+        if self.prefill_ahead is not None:
+            summary.update(self.prefill_ahead.summary(simulated_s))
         tables = {"requests": requests, "occupancy": occupancy}
         if self.hierarchy is not None:
             summary.update(self.hierarchy.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))

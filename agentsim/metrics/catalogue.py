@@ -150,6 +150,12 @@ for _cause, _label in (("slot", "no batch slot"), ("kv", "no KV memory"), ("load
     register(Metric(f"queue_{_cause}_mean_s", f"queue mean: {_label} (s)", "s", table="summary",
                     compute=_column_mean(f"queue_{_cause}_s")))
 del _cause, _label
+# Prefill-ahead of tool output (agentsim/engine/prefill_ahead.py; present when it is on): what
+# it costs. What it buys is the TTFT above, compared with a run without it on the same seed.
+_builtin("prefill_ahead_tokens", "tokens prefilled ahead of calls", "tokens")
+_builtin("prefill_ahead_gpu_s", "prefill-ahead GPU time (GPU-s)", "s")
+_builtin("prefill_ahead_wasted_gpu_s", "prefill-ahead GPU time whose call never came (GPU-s)", "s")
+_builtin("prefill_ahead_pinned_blocks_mean", "KV pinned by prefill-ahead (mean blocks)", "blocks")
 # Memory-hierarchy rows (present when cache.tiers is enabled): TTFT = queue + load + prefill.
 _builtin("ttft_queue_wait_mean_s", "TTFT queue mean (s)", "s", table="hierarchy")
 _builtin("ttft_load_wait_mean_s", "TTFT load mean (s)", "s", table="hierarchy")
