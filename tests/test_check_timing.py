@@ -142,3 +142,14 @@ def test_check_timing_sample_in_json(tmp_path: Path):
 #: Error-factor medians on the fixture sample (docs/validation.md gives the full-file table).
 TPOT_MEDIAN_BOUND = 1.4
 TTFT_MEDIAN_BOUND = 2.0
+
+
+def test_a_special_file_or_an_absurd_row_is_refused_without_running(tmp_path: Path):
+    import os
+
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    result = run_cli("check-timing", str(fifo), timeout=60)  # must not block on the pipe
+    assert result.returncode == 2 and "named pipe" in result.stderr
+    huge = emulate_row(_row(batch_size=1e9))
+    assert huge.predicted_ttft_ms is None and "beyond what check-timing emulates" in huge.skipped

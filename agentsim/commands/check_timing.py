@@ -83,9 +83,13 @@ def register(app: typer.Typer) -> None:
             sys.stdout.write(json.dumps({"rows": [r.as_json() for r in results], "summary": summary}, indent=1) + "\n")
             return
         # Row ids are long: give the tables room when the output is not a terminal.
-        width = console.width if console.is_terminal else 200
-        console.print(_rows_table(results), width=width)
-        console.print(_groups_table(summary), width=width)
+        out = console
+        if not console.is_terminal:
+            from rich.console import Console
+
+            out = Console(width=220)
+        out.print(_rows_table(results))
+        out.print(_groups_table(summary))
         if summary["skipped_reasons"]:
-            console.print("skipped: " + "; ".join(f"{n} x {why}" for why, n in summary["skipped_reasons"].items()),
+            out.print("skipped: " + "; ".join(f"{n} x {why}" for why, n in summary["skipped_reasons"].items()),
                           markup=False, highlight=False)

@@ -16,6 +16,7 @@ profile, or a disaggregated row without its pools (:data:`DISAGG_REASON`).
 
 from __future__ import annotations
 
+import io
 import math
 from functools import lru_cache
 from importlib import resources
@@ -26,6 +27,7 @@ import pandas as pd
 from agentsim.errors import InputError
 from agentsim.hardware.profiles import load_catalogue
 from agentsim.hardware.timing.deployment import canonical_model
+from agentsim.input_files import read_input_text
 
 REQUIRED_COLUMNS = ("id", "backend", "model_path", "system", "mode", "isl", "osl", "batch_size", "tp_size",
                     "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size", "gemm_quant_mode",
@@ -34,6 +36,10 @@ REQUIRED_COLUMNS = ("id", "backend", "model_path", "system", "mode", "isl", "osl
 DEFAULT_BATCHED_TOKENS = 8192
 #: Why a ``mode: disagg`` row is skipped: it lacks a pool's columns (the message adds which).
 DISAGG_REASON = "disaggregated row without its pools"
+#: Largest benchmark emulated (measured_runs.csv has at most 8,192 clients and 16K tokens per
+#: request): bounds the memory and time one row can take.
+MAX_CLIENTS = 65536
+MAX_REQUEST_TOKENS = 1 << 20
 #: Checkpoints whose architecture is another profile's (same layers, widths and experts): the
 #: step time and the KV per token are that profile's; only the name differs.
 SAME_ARCHITECTURE = {
@@ -58,10 +64,10 @@ class RowSkipped(Exception):
 def read_rows(path: Path) -> pd.DataFrame:
     """The rows of a measured-runs CSV; a clear InputError (file, line) for a missing file,
     a missing column, a non-positive number or a duplicate id."""
-    if not path.exists():
-        raise InputError(f"file {str(path)!r} not found", str(path))
+    # A regular file within the input budget: a pipe or a device must not hang the command.
+    text = read_input_text(path, "CSV file")
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(io.StringIO(text))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise InputError(f"not a CSV file ({exc.__class__.__name__}: {str(exc).splitlines()[0][:120]})",
                          str(path)) from None
@@ -176,6 +182,9 @@ def row_scenario(row: dict) -> dict:
     # ``batch_size`` is per attention-data-parallel rank (the benchmark's concurrency, given in
     # ``silicon_data_source``, is ``batch_size * attention_dp_size`` on every such row).
     clients, isl, osl = _int(row["batch_size"]) * dp, _int(row["isl"]), _int(row["osl"])
+    if clients > MAX_CLIENTS or isl + osl > MAX_REQUEST_TOKENS:
+        raise RowSkipped(f"{clients:,} clients of {isl:,} + {osl:,} tokens is beyond what check-timing emulates "
+                         f"(at most {MAX_CLIENTS:,} clients and {MAX_REQUEST_TOKENS:,} tokens per request)")
     gemm, moe = _quant(row.get("gemm_quant_mode")), _quant(row.get("moe_quant_mode"))
     precision_name = str(row.get("precision") or "").strip().lower()
     if gemm is None and precision_name == "bf16":

@@ -25,9 +25,12 @@ from typing import Sequence
 from agentsim.hardware.timing import linear_decode
 
 #: Per-iteration host cost by engine (s): scheduling, sampling and kernel launches, which
-#: per-kernel timing does not see. [estimate] 2-5 ms per step at TP2-8 for vLLM / TRT-LLM;
-#: SGLang's overlapped scheduler hides part of it. See docs/validation.md for the check.
-ENGINE_OVERHEAD_S = {"vllm": 3e-3, "trtllm": 2.5e-3, "sglang": 2e-3}
+#: per-kernel timing does not see. [estimate] 2-5 ms per step at TP2-8 for vLLM; SGLang's
+#: overlapped scheduler hides part of it; TensorRT-LLM prepares step n+1 on the host while step
+#: n runs (overlap scheduler) and replays decode steps as CUDA graphs, so none of it shows in
+#: its step time (check-timing: with 2.5 ms, TRT-LLM TPOT was over-predicted for every model,
+#: Llama-3.1-8B 1.27x, Llama-3.1-70B 1.57x). See docs/validation.md.
+ENGINE_OVERHEAD_S = {"vllm": 3e-3, "trtllm": 0.0, "sglang": 2e-3}
 #: Latency of one all-reduce launch inside an NVLink domain (NCCL small-message latency).
 ALLREDUCE_LATENCY_S = 8e-6
 
