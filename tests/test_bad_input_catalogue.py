@@ -167,6 +167,13 @@ _scenario_case("scenario-unknown-router", "router: least_loaded", "router: least
                ["serving.router", "'least_load'"])
 _scenario_case("scenario-retired-router", "router: least_loaded", "router: prefix_affinity",
                ["serving.router", "retired into 'kv_aware'"])
+_scenario_case("scenario-racks-uneven", "instances: 1", "racks: 2",
+               ["hardware.racks", "1 instance does not split evenly between 2 racks"])
+_scenario_case("scenario-unknown-prefill-ahead", "  prefill_chunk_tokens: 4096", "  prefill_ahead: streamd",
+               ["serving.prefill_ahead", "unknown prefill-ahead mechanism 'streamd'", "did you mean 'streamed'"])
+_scenario_case("tier-shared-local", "dram: {capacity_bytes: 20GB, eviction: lru, write_policy: write_back}",
+               "dram: {capacity_bytes: 20GB, eviction: lru, write_policy: write_back, shared: true}",
+               ["cache.tiers.dram.shared", "shared applies to the remote tier only, not dram"])
 _scenario_case("scenario-unknown-load-rule", "load_rule: cost_model", "load_rule: cheapest",
                ["cache.tiers.load_rule", "'cheapest'"])
 _scenario_case("scenario-unknown-distribution", "human_gap_s: {dist: exponential, mean: 30}",

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from agentsim.config.units import Bytes, BytesPerSecond, Count, FlopsPerSecond, Seconds
 from agentsim.errors import FieldError, did_you_mean
 from agentsim.config.distributions import DistributionSpec
+from agentsim.config.disaggregation import DisaggregationConfig, check_pools
 
 
 class Strict(BaseModel):
@@ -28,7 +29,9 @@ class HardwareConfig(Strict):
     system: str | None = Field(None, description="GPU system in the measured-timing databases (h100_sxm, h200_sxm, b200_sxm, "
                                                  "b300_sxm, gb200, gb300); absent: roofline timing")
     gpus_per_instance: int = Field(4, gt=0, description="GPUs in one serving instance (tensor/expert parallel group)")
-    instances: int = Field(1, gt=0, description="serving instances in the cluster")
+    instances: int = Field(1, gt=0, description="serving instances in the cluster (all racks together)")
+    racks: int = Field(1, gt=0, description="racks, each one NVLink domain, joined by the scale-out network (each GPU's NIC); "
+                                            "the instances are split evenly between them and numbered rack by rack")
     hbm_bytes_per_gpu: Bytes = Field(279e9, gt=0, description="usable HBM per GPU")
     hbm_bandwidth_bytes_per_s: BytesPerSecond = Field(8e12, gt=0, description="HBM bandwidth per GPU")
     dense_flops_per_gpu: FlopsPerSecond = Field(5e15, gt=0, description="dense FP8 tensor FLOP/s per GPU")
@@ -56,6 +59,20 @@ class HardwareConfig(Strict):
     nvme_latency_s: Seconds = Field(80e-6, ge=0, description="NVMe read latency per transfer")
     nic_bytes_per_s: BytesPerSecond = Field(100e9, gt=0, description="scale-out NIC bandwidth per GPU per direction")
     rdma_latency_s: Seconds = Field(5e-6, ge=0, description="network (RDMA) latency per transfer")
+
+    @model_validator(mode="after")
+    def _racks_split_instances(self):
+        # A rack is one NVLink domain: its instances must divide evenly and fit in the domain.
+        if self.racks > 1:
+            if self.instances % self.racks:
+                noun = "instance does" if self.instances == 1 else "instances do"
+                raise FieldError(("racks",), f"{self.instances} {noun} not split evenly between {self.racks} racks")
+            rack_gpus = self.instances // self.racks * self.gpus_per_instance
+            if rack_gpus > self.nvlink_domain_gpus:
+                raise FieldError(("racks",), f"each of the {self.racks} racks would hold {rack_gpus} GPUs "
+                                             f"({self.instances // self.racks} instances x {self.gpus_per_instance}), more "
+                                             f"than its NVLink domain of {self.nvlink_domain_gpus} GPUs")
+        return self
 
 
 class ModelConfig(Strict):
@@ -107,7 +124,7 @@ class TierConfig(Strict):
     """
 
     enabled: bool = Field(True, description="set false to remove this tier (same scenario otherwise)")
-    capacity_bytes: Bytes | None = Field(None, gt=0, description="capacity per serving instance; default from the hardware (DRAM and NVMe share per instance)")
+    capacity_bytes: Bytes | None = Field(None, gt=0, description="capacity per serving instance (a shared remote store: the whole store); default from the hardware (DRAM and NVMe share per instance)")
     capacity_fraction: float = Field(0.8, gt=0, le=1, description="share of the hardware's DRAM/NVMe used for KV when capacity_bytes is absent")
     eviction: PolicyRef = Field(default_factory=PolicyRef, description="this tier's eviction policy (any registered policy)")
     write_policy: Literal["write_through", "write_through_selective", "write_back"] = "write_back"
@@ -115,6 +132,9 @@ class TierConfig(Strict):
     inclusive: bool = Field(True, description="keep this tier's copy when a block is loaded up (false: exclusive)")
     bandwidth_bytes_per_s: BytesPerSecond | None = Field(None, gt=0, description="remote store: aggregate bandwidth of the shared store")
     latency_s: Seconds | None = Field(None, ge=0, description="remote store: per-transfer latency")
+    shared: bool = Field(False, description="remote store: one store every instance reads (Mooncake Store / LMCache remote "
+                                            "style); capacity_bytes is then the whole store, split evenly into each instance's "
+                                            "share of what it writes, and any instance hits any share over the network")
 
     @model_validator(mode="after")
     def _exclusive_is_write_back(self):
@@ -174,7 +194,8 @@ class TiersConfig(Strict):
     dram: TierConfig | None = Field(None, description="host DRAM tier (Grace LPDDR), reached over NVLink-C2C")
     disk: TierConfig | None = Field(None, description="local NVMe tier, shared by the instances of a tray")
     remote: TierConfig | None = Field(None, description="remote store over the network (shared bandwidth)")
-    peer_hbm: bool = Field(False, description="load prefixes held in HBM of another instance of the same NVLink domain")
+    peer_hbm: bool = Field(False, description="load prefixes held in HBM of another instance: over NVLink inside its "
+                                                   "NVLink domain, over both instances' NICs (the scale-out network) across racks")
     load_rule: PolicyRef = Field(default_factory=lambda: PolicyRef(name="cost_model"),
                                  description="how to choose load vs recompute for hits below HBM: cost_model, always_load, never_load")
     overlap_layers: bool = Field(False, description="overlap loads layer by layer with the request's prefill")
@@ -268,6 +289,9 @@ class ServingConfig(Strict):
                         "session_affinity, least_loaded, round_robin (see `agentsim policies`, docs/routing.md)")
     router_params: dict[str, Any] = Field(default_factory=dict, description="the router's parameters (its Params; see `agentsim policies`)")
     sticky_sessions: bool = Field(False, description="send every call of a session to the instance that served its first call")
+    prefill_ahead: PolicyRef = Field(default_factory=lambda: PolicyRef(name="none"),
+                                     description="prefill a session's tool output during the tool gap, ahead of its next call: "
+                                                 "none, or streamed with params chunks, pin, min_tokens (docs/prefill-ahead.md)")
     # --- engine-style KV admission (agentsim.cluster.serving.kv_admission) -----------------------
     kv_admission: Literal["vllm", "sglang", "trtllm", "reserve_full"] | None = Field(
         None, description="KV admission rule; default: the engine's (reserve_full: every prompt and output block reserved at admission, never preempted)")
@@ -277,6 +301,12 @@ class ServingConfig(Strict):
     new_token_ratio_decay: float = Field(0.001, ge=0, description="sglang rule: decay of the share per decode step")
     max_num_seqs: int | None = Field(None, gt=0, description="engine name for max_batch_requests (overrides it when set)")
     max_num_batched_tokens: int | None = Field(None, gt=0, description="engine name for prefill_chunk_tokens (overrides it when set)")
+    disaggregation: DisaggregationConfig | None = Field(
+        None, description="separate prefill and decode pools, KV handed over on the topology's links (absent: aggregated)")
+    long_prefill_token_threshold: int | None = Field(
+        None, gt=0, description="most tokens one prefilling request takes of an iteration's budget while another request "
+                                "is prefilling too, so a short prompt is not held behind a long cold one (vLLM's "
+                                "long_prefill_token_threshold with partial prefills); absent: chunks first come first served")
 
     @model_validator(mode="after")
     def _ratios(self):
@@ -468,6 +498,8 @@ class Scenario(Strict):
         if par.tp is None and gpus % (par.pp * par.attention_dp):
             raise FieldError(("serving", "parallelism", "pp"),
                              f"pp {par.pp} x attention_dp {par.attention_dp} must divide hardware.gpus_per_instance ({gpus})")
+        if self.serving.disaggregation is not None:
+            check_pools(self)
         block_bytes = self.cache.block_tokens * self.model.kv_bytes_per_token
         if self.kv_capacity_bytes_per_instance() < block_bytes:
             blamed = ("hardware", "kv_capacity_bytes") if self.hardware.kv_capacity_bytes is not None else ("cache", "block_tokens")

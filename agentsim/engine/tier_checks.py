@@ -36,7 +36,7 @@ def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
                 return (f"tiers in the wrong order {shown}: {staging} must be the first tier below HBM "
                         f"({staged} hits are staged through {staging.upper()}); e.g. [{staging}, {order[0]}]"), base + ("order",)
     block_bytes = scenario.cache.block_tokens * scenario.model.kv_bytes_per_token
-    placements = place(hw.instances, hw.gpus_per_instance, hw.gpus_per_tray, hw.nvlink_domain_gpus)
+    placements = place(hw.instances, hw.gpus_per_instance, hw.gpus_per_tray, hw.nvlink_domain_gpus, hw.racks)
     shape = Topology(placements, [])
     own_links = " and ".join(n for n in lower_names if TIER_KINDS[n].tier_link_fields)
     for name, cfg in tiers.enabled_tiers():
@@ -46,6 +46,9 @@ def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
                 if getattr(cfg, key) is not None:
                     return (f"{key} applies to the {own_links} tier only; set the {name} tier's links with "
                             f"cache.tiers.links or the hardware section"), base + (name, key)
+        if cfg.shared and not kind.shareable:
+            shareable = " and ".join(n for n in lower_names if TIER_KINDS[n].shareable)
+            return f"shared applies to the {shareable} tier only, not {name}", base + (name, "shared")
         if kind.capacity_bytes is None and cfg.capacity_bytes is None:
             return (f"the {name} tier needs capacity_bytes ({kind.capacity_note})"), base + (name, "capacity_bytes")
         problem = kind.hardware_problem(hw)

@@ -150,11 +150,29 @@ for _cause, _label in (("slot", "no batch slot"), ("kv", "no KV memory"), ("load
     register(Metric(f"queue_{_cause}_mean_s", f"queue mean: {_label} (s)", "s", table="summary",
                     compute=_column_mean(f"queue_{_cause}_s")))
 del _cause, _label
+# Prefill-ahead of tool output (agentsim/engine/prefill_ahead.py; present when it is on): what
+# it costs. What it buys is the TTFT above, compared with a run without it on the same seed.
+_builtin("prefill_ahead_tokens", "tokens prefilled ahead of calls", "tokens")
+_builtin("prefill_ahead_gpu_s", "prefill-ahead GPU time (GPU-s)", "s")
+_builtin("prefill_ahead_wasted_gpu_s", "prefill-ahead GPU time whose call never came (GPU-s)", "s")
+_builtin("prefill_ahead_pinned_blocks_mean", "KV pinned by prefill-ahead (mean blocks)", "blocks")
 # Memory-hierarchy rows (present when cache.tiers is enabled): TTFT = queue + load + prefill.
 _builtin("ttft_queue_wait_mean_s", "TTFT queue mean (s)", "s", table="hierarchy")
 _builtin("ttft_load_wait_mean_s", "TTFT load mean (s)", "s", table="hierarchy")
 _builtin("ttft_prefill_mean_s", "TTFT prefill mean (s)", "s", table="hierarchy")
 _builtin("ttft_load_wait_p99_s", "TTFT load p99 (s)", "s", table="hierarchy")
+# Disaggregated serving rows (present with serving.disaggregation):
+# TTFT = prefill queue + prefill + decode queue + KV transfer.
+_builtin("prefill_workers", "prefill workers", "count", table="hierarchy")
+_builtin("decode_workers", "decode workers", "count", table="hierarchy")
+_builtin("prefill_busy_fraction", "prefill GPU busy fraction", "fraction", table="hierarchy")
+_builtin("prefill_busiest_share", "busiest prefill worker (fair shares)", "", table="hierarchy")
+_builtin("ttft_decode_queue_mean_s", "TTFT decode queue mean (s)", "s", table="hierarchy")
+_builtin("ttft_kv_transfer_mean_s", "TTFT KV transfer mean (s)", "s", table="hierarchy")
+_builtin("ttft_kv_transfer_p99_s", "TTFT KV transfer p99 (s)", "s", table="hierarchy")
+_builtin("kv_transfer_bytes", "KV handed over (bytes)", "bytes", table="hierarchy")
+_builtin("decode_queue_s", "decode queue wait (s)", "s", table=None, axis="decode queue wait (s)")
+_builtin("kv_transfer_s", "KV transfer (s)", "s", table=None, axis="KV transfer time (s)")
 # Economics and request-table columns shown on figures' axes.
 _builtin("cost_per_million_tokens_usd", "cost per million tokens (USD)", "USD", table=None,
          axis="GPU cost per million tokens (USD)")
