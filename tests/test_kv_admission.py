@@ -64,6 +64,8 @@ def test_request_preempted_mid_prefill_resumes_its_whole_prompt():
     assert 0 < b.resume_computed_tokens < b.prompt_tokens
     assert b.resume_tokens == b.prompt_tokens
     assert b.hit_tokens + b.prefilled_tokens == b.prompt_tokens
+    # Its re-admission hits what it had computed itself: recompute saved, not prefix reuse.
+    assert b.hit_tokens == 0
     assert b.first_token_s > b.admitted_s
     assert inst.kv_stats["preemptions"] == inst.kv_stats["recompute_preemptions"] == b.preemptions
     inst.cache.check_invariants()

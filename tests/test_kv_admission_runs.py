@@ -82,7 +82,10 @@ def test_swap_preemption_loads_the_blocks_back_from_dram():
     assert s["preemptions"] > 0 and s["swap_preemptions"] == s["preemptions"] and s["recompute_preemptions"] == 0
     assert s["swapped_out_blocks"] > 0 and s["swapped_in_blocks"] > 0
     swapped = requests[requests.swap_preemptions > 0]
-    assert len(swapped) and (swapped.hit_tokens_dram > 0).all() and (swapped.loaded_bytes > 0).all()
+    assert len(swapped) and (swapped.loaded_bytes > 0).all()
+    # No prompt is shared in this workload: blocks a request gets back from its own preempted
+    # run are no prefix hit (the hits say how its prompt was first served).
+    assert s["hit_tokens"] == recompute.summary["hit_tokens"] == 0
     # What came back from DRAM is not computed again.
     assert s["preempted_recompute_tokens"] < recompute.summary["preempted_recompute_tokens"]
     # Without a DRAM tier there is nowhere to swap to: the same run recomputes.

@@ -70,45 +70,56 @@ class Admission:
         req.finish_s = now
         self.host.on_finish(req)
 
-    def _admitted(self, req: LLMRequest, state: Running, now: float, sequence_tokens: int) -> None:
-        """Bookkeeping of an admission (first or after a preemption)."""
+    def _admitted(self, req: LLMRequest, state: Running, now: float, sequence_tokens: int,
+                  tier_hits: dict | None = None) -> None:
+        """Bookkeeping of an admission (first or after a preemption). ``tier_hits``: this
+        admission's hit tokens by tier (tiered caches)."""
         host = self.host
         host.queue_causes.charge(req, now)
         state.chunk_wait = now
         if req.admitted_s != req.admitted_s:   # first admission (nan)
             req.admitted_s = now
         if req.resume_output_left >= 0:
-            resume(req, state, sequence_tokens)
+            resume(req, state, sequence_tokens, tier_hits)
         elif req.prefill_worker >= 0 and host.kv_handoff is not None:
             host.kv_handoff.receive(state)   # a prefill worker computed the prompt: its KV comes over
 
 
-def resume(req: LLMRequest, state: Running, sequence_tokens: int) -> None:
+def resume(req: LLMRequest, state: Running, sequence_tokens: int, tier_hits: dict | None = None) -> None:
     """Turn a re-admitted request's state into a re-prefill of its prompt and output so far.
 
-    The request's hit and prefilled tokens describe this last admission of its prompt (they
-    still sum to the prompt); tokens it had computed before and now computes again are counted
-    in ``preempted_recompute_tokens``."""
+    The request's hit and prefilled tokens keep describing how its prompt was first served:
+    hitting the blocks its own preempted run committed is not prefix reuse (counting it would
+    make a cache under preemption look better), and tokens it had computed (or hit) before and
+    now computes again are counted in ``preempted_recompute_tokens`` instead. Only prompt
+    tokens it had neither hit nor computed before and now hits, because another request
+    committed them meanwhile, are added to its hits (to this admission's deepest tiers in
+    ``tier_hits``); hit and prefilled tokens still sum to the prompt once it is done."""
     hit = state.context_tokens               # the hit of this admission, over prompt + output so far
     # As at a first admission, at most prompt - 1 prompt tokens count as hit.
     prompt_hit = hit if hit < req.prompt_tokens - 1 else req.prompt_tokens - 1
-    trimmed = hit - prompt_hit
-    req.hit_tokens = prompt_hit
-    req.prefilled_tokens = 0
-    if trimmed and req.tier_hit_tokens:
-        # Hits past the prompt (output blocks of the preempted run) are not prompt hits:
-        # take them off the deepest tiers first (they are at the end of the path).
-        for name in reversed(list(req.tier_hit_tokens)):
-            take = min(trimmed, req.tier_hit_tokens[name])
-            req.tier_hit_tokens[name] -= take
-            trimmed -= take
-            if not trimmed:
-                break
+    covered = req.hit_tokens + req.prefilled_tokens     # prompt tokens hit or computed before
+    extra = prompt_hit - covered if prompt_hit > covered else 0
+    if extra:
+        req.hit_tokens += extra
+        if req.tier_hit_tokens and tier_hits:
+            # The newly hit tokens lie at the end of this admission's hit path: deepest tiers.
+            left = extra
+            for name in reversed(list(tier_hits)):
+                take = min(left, tier_hits[name])
+                if take > 0:
+                    req.tier_hit_tokens[name] = req.tier_hit_tokens.get(name, 0) + take
+                    left -= take
+                if not left:
+                    break
+            if left:
+                req.tier_hit_tokens["hbm"] = req.tier_hit_tokens.get("hbm", 0) + left
     req.preempted_recompute_tokens += max(0, req.resume_computed_tokens - hit)
     state.prefill_left = sequence_tokens - hit
     state.output_left = req.resume_output_left
     state.resumed = True
-    state.prompt_left = req.prompt_tokens - prompt_hit
+    # Prompt tokens still to be computed for the first time (credited to prefilled_tokens).
+    state.prompt_left = req.prompt_tokens - req.hit_tokens - req.prefilled_tokens
 
 
 class PlainAdmission(Admission):
@@ -151,7 +162,8 @@ class PlainAdmission(Admission):
                 cache.unpin(match.node)
                 return KV
             waiting.popleft()
-            req.hit_tokens = hit_tokens
+            if req.resume_output_left < 0:
+                req.hit_tokens = hit_tokens
             state = Running(req, match.node, cached, need, hit_tokens)
             self._admitted(req, state, now, tokens)
             batch.join(state)
@@ -318,10 +330,12 @@ class TieredAdmission(Admission):
         else:
             host.waiting.popleft()
         pf = prefetcher.end(req) if prefetcher is not None else None
-        req.hit_tokens = hit_tokens
-        if req.resume_output_left >= 0:
-            req.tier_hit_tokens = {}
-        tier_hits = req.tier_hit_tokens
+        resuming = req.resume_output_left >= 0
+        if resuming:
+            tier_hits = {}          # this admission's; resume() decides what the request keeps
+        else:
+            req.hit_tokens = hit_tokens
+            tier_hits = req.tier_hit_tokens
         tier_hits["hbm"] = min(hbm_blocks * bt, hit_tokens)
         remaining = hit_tokens - tier_hits["hbm"]
         jobs = []
@@ -347,7 +361,7 @@ class TieredAdmission(Admission):
                     tier_hits[origin] = tier_hits.get(origin, 0) + moved
                     host.tier_stats["prefetch_served_tokens"] += moved
         state = Running(req, deepest, cached, need - load_blocks, hit_tokens)
-        self._admitted(req, state, now, tokens)
+        self._admitted(req, state, now, tokens, tier_hits)
         if jobs:
             state.loaded = False
         host.batch.join(state)
