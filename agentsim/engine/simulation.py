@@ -351,6 +351,9 @@ class Simulation:
         summary.update(self.diagnostics.summary())
         if self.prefill_ahead is not None:
             summary.update(self.prefill_ahead.summary(simulated_s))
+        elif scenario.serving.prefill_ahead.name != "none":
+            # A trace replay has no tool gaps whose output could stream in ahead of the call.
+            summary["prefill_ahead"] = f"{scenario.serving.prefill_ahead.name} (not applied: the workload has no agent tool gaps)"
         tables = {"requests": requests, "occupancy": occupancy}
         if self.hierarchy is not None:
             summary.update(self.hierarchy.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))
