@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from agentsim.config.units import Bytes, BytesPerSecond, Count, FlopsPerSecond, Seconds
 from agentsim.errors import FieldError, did_you_mean
 from agentsim.config.distributions import DistributionSpec
+from agentsim.config.disaggregation import DisaggregationConfig, check_pools
 
 
 class Strict(BaseModel):
@@ -300,6 +301,12 @@ class ServingConfig(Strict):
     new_token_ratio_decay: float = Field(0.001, ge=0, description="sglang rule: decay of the share per decode step")
     max_num_seqs: int | None = Field(None, gt=0, description="engine name for max_batch_requests (overrides it when set)")
     max_num_batched_tokens: int | None = Field(None, gt=0, description="engine name for prefill_chunk_tokens (overrides it when set)")
+    disaggregation: DisaggregationConfig | None = Field(
+        None, description="separate prefill and decode pools, KV handed over on the topology's links (absent: aggregated)")
+    long_prefill_token_threshold: int | None = Field(
+        None, gt=0, description="most tokens one prefilling request takes of an iteration's budget while another request "
+                                "is prefilling too, so a short prompt is not held behind a long cold one (vLLM's "
+                                "long_prefill_token_threshold with partial prefills); absent: chunks first come first served")
 
     @model_validator(mode="after")
     def _ratios(self):
@@ -309,11 +316,8 @@ class ServingConfig(Strict):
         return self
 
     def kv_admission_rule(self) -> str:
-        """The KV admission rule in force: ``kv_admission``, else ``reserve_full``.
-
-        The engines' own rules are opt-in until the vllm rule's growth accounting passes the
-        capacity-invariant property test (it can commit more blocks than it reserved)."""
-        return self.kv_admission or "reserve_full"
+        """The KV admission rule in force: ``kv_admission``, else the engine's own."""
+        return self.kv_admission or self.engine
 
     def batch_requests(self) -> int:
         """Most requests in one batch (``max_num_seqs`` over ``max_batch_requests``)."""
@@ -494,6 +498,8 @@ class Scenario(Strict):
         if par.tp is None and gpus % (par.pp * par.attention_dp):
             raise FieldError(("serving", "parallelism", "pp"),
                              f"pp {par.pp} x attention_dp {par.attention_dp} must divide hardware.gpus_per_instance ({gpus})")
+        if self.serving.disaggregation is not None:
+            check_pools(self)
         block_bytes = self.cache.block_tokens * self.model.kv_bytes_per_token
         if self.kv_capacity_bytes_per_instance() < block_bytes:
             blamed = ("hardware", "kv_capacity_bytes") if self.hardware.kv_capacity_bytes is not None else ("cache", "block_tokens")

@@ -75,6 +75,12 @@ def check_components(scenario, source: str, lines: dict) -> None:
     serving = scenario.serving
     check_registered(ROUTERS, serving.router, serving.router_params, ("serving", "router"),
                      ("serving", "router_params"), source, lines)
+    disaggregation = serving.disaggregation
+    if disaggregation is not None and disaggregation.decode_router is not None:
+        check_registered(ROUTERS, disaggregation.decode_router, disaggregation.decode_router_params,
+                         ("serving", "disaggregation", "decode_router"),
+                         ("serving", "disaggregation", "decode_router_params"), source, lines)
+
     from agentsim.engine.prefill_ahead import PREFILL_AHEAD
 
     ref = serving.prefill_ahead

@@ -39,6 +39,20 @@ def demand(req: LLMRequest, block_tokens: int) -> tuple[list[int], int, int]:
     return req.total_keys[:tokens // block_tokens], tokens, req.resume_output_left
 
 
+def newly_pinned_blocks(node, hbm_only: bool) -> int:
+    """Blocks on the path of ``node``, just pinned once, that no other pin held before.
+
+    A node's pin count is at least its children's (a pin covers the whole path), so the nodes
+    pinned only by this pin are a run from ``node`` upwards. ``hbm_only``: count the
+    HBM-resident nodes of a tiered cache only."""
+    blocks = 0
+    while node.parent is not None and node.lock_ref == 1:
+        if not hbm_only or node.entries[0] is not None:
+            blocks += len(node.keys)
+        node = node.parent
+    return blocks
+
+
 class Admission:
     """Admits waiting requests into the batch of ``host`` while they fit; :meth:`admit`
     returns why the rest waits (a :mod:`~agentsim.cluster.serving.queue_causes` cause)."""
@@ -65,6 +79,8 @@ class Admission:
             req.admitted_s = now
         if req.resume_output_left >= 0:
             resume(req, state, sequence_tokens)
+        elif req.prefill_worker >= 0 and host.kv_handoff is not None:
+            host.kv_handoff.receive(state)   # a prefill worker computed the prompt: its KV comes over
 
 
 def resume(req: LLMRequest, state: Running, sequence_tokens: int) -> None:
@@ -88,7 +104,7 @@ def resume(req: LLMRequest, state: Running, sequence_tokens: int) -> None:
             trimmed -= take
             if not trimmed:
                 break
-    req.preempted_recompute_tokens += max(0, req.resume_tokens - hit)
+    req.preempted_recompute_tokens += max(0, req.resume_computed_tokens - hit)
     state.prefill_left = sequence_tokens - hit
     state.output_left = req.resume_output_left
     state.resumed = True
@@ -129,7 +145,8 @@ class PlainAdmission(Admission):
             hit_tokens = cached * block_tokens
             if tokens - 1 < hit_tokens:
                 hit_tokens = tokens - 1
-            if not rule.admits(need, tokens - hit_tokens, output_left, total_blocks - cached - need) \
+            if not rule.admits(need, tokens - hit_tokens, output_left, total_blocks - cached - need,
+                               newly_pinned_blocks(match.node, False)) \
                     or not cache.reserve(need, now):
                 cache.unpin(match.node)
                 return KV
@@ -289,7 +306,8 @@ class TieredAdmission(Admission):
         extra_used = extra_blocks if k > len(segments) else 0
         cached = hbm_blocks + load_blocks
         hit_tokens = min((cached + extra_used) * bt, tokens - 1)
-        if not host.kv_rule.admits(need, tokens - hit_tokens, output_left, total_blocks - hbm_blocks - need) \
+        if not host.kv_rule.admits(need, tokens - hit_tokens, output_left, total_blocks - hbm_blocks - need,
+                                   newly_pinned_blocks(deepest, True)) \
                 or not cache.reserve(need, now):
             cache.unpin(deepest)
             if load_blocks:
@@ -307,11 +325,14 @@ class TieredAdmission(Admission):
         tier_hits["hbm"] = min(hbm_blocks * bt, hit_tokens)
         remaining = hit_tokens - tier_hits["hbm"]
         jobs = []
+        swapped_back = req.resume_output_left >= 0 and req.swap_preemptions > 0
         for seg, name in zip(segments[:local_k], names):
             take = min(seg[1] * bt, remaining)
             tier_hits[name] = tier_hits.get(name, 0) + take
             remaining -= take
             jobs.append((name, seg[1]))
+            if swapped_back and name == "dram":
+                host.kv_stats["swapped_in_blocks"] += seg[1]
         if extra_used:
             tier_hits[extra_name] = tier_hits.get(extra_name, 0) + remaining
             jobs.append((extra_name, extra_used))

@@ -28,7 +28,7 @@ from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.serving.admission import PlainAdmission, TieredAdmission
 from agentsim.cluster.serving.batch import Batch, Running
 from agentsim.cluster.serving.kv_admission import KvAdmissionRule, VllmOnDemand
-from agentsim.cluster.serving.kv_growth import KvGrowth
+from agentsim.cluster.serving.kv_growth import KV_STATS, KvGrowth
 from agentsim.cluster.serving.load_rules import CostModelRule, LoadRule
 from agentsim.cluster.serving.movement import load_along_path, stream_through
 from agentsim.cluster.serving.prefetch import Prefetcher
@@ -62,7 +62,8 @@ class ServingInstance:
                  block_tokens: int, max_batch_requests: int, prefill_chunk_tokens: int,
                  on_finish: Callable[[LLMRequest], None], check_invariants: bool = False,
                  links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None,
-                 tiers_config=None, kv_rule: KvAdmissionRule | None = None, preemption: str = "recompute"):
+                 tiers_config=None, kv_rule: KvAdmissionRule | None = None, preemption: str = "recompute",
+                 long_prefill_tokens: int | None = None):
         self.env = env
         self.instance_id = instance_id
         self.cache = cache
@@ -70,6 +71,8 @@ class ServingInstance:
         self.block_tokens = block_tokens
         self.max_batch = max_batch_requests
         self.chunk_tokens = prefill_chunk_tokens
+        #: Cap on one request's share of an iteration's budget while others prefill too (0: none).
+        self.long_prefill_tokens = long_prefill_tokens or 0
         self.on_finish = on_finish
         self.check_invariants = check_invariants
         self.waiting: deque[LLMRequest] = deque()
@@ -120,11 +123,14 @@ class ServingInstance:
         self.kv_rule = kv_rule if kv_rule is not None else VllmOnDemand(None, block_tokens)
         self.swap_preemption = (preemption == "swap" and self.tiered and len(cache.tiers) > 1
                                 and cache.tiers[1].name == "dram")
-        self.kv_stats = {"preemptions": 0, "recompute_preemptions": 0, "swap_preemptions": 0, "swapped_out_blocks": 0}
+        self.kv_stats = dict.fromkeys(KV_STATS, 0)
         self.growth = KvGrowth(self) if self.kv_rule.grows else None
         if self.growth is not None:
             self.batch.decoding.on_add = self.growth.track
         self.queue_causes = QueueCauses()
+        #: Disaggregated decode worker: receives the prompt's KV from a prefill worker instead of
+        #: computing it (:class:`~agentsim.cluster.serving.disaggregation.KvHandoff`); None otherwise.
+        self.kv_handoff = None
         self.process = env.process(self._loop())
 
     # --- interface for the router ----------------------------------------------------------
@@ -218,6 +224,13 @@ class ServingInstance:
         req = state.req
         req.loaded_bytes = sum(n for _, n in jobs) * self.block_bytes
         req.load_done_s = now
+        self.kv_arrived(state)
+
+    def kv_arrived(self, state: Running) -> None:
+        """The KV ``state`` waited for is in HBM (a load from a lower tier, or a prefill worker's
+        hand-off): it prefills what is left, or, with nothing left, has its first token now."""
+        now = self.env.now
+        req = state.req
         state.loaded = True
         self.loading -= 1
         if state.prefill_left == 0:  # overlapped prefill already finished: first token now
@@ -328,10 +341,15 @@ class ServingInstance:
         chunks = []        # (state, new tokens)
         work = []          # (new tokens, context before the chunk): what the step timer needs
         start = env.now
+        # With several prompts prefilling, each takes at most ``cap`` tokens, so the budget left
+        # reaches the ones behind a long cold prefill (vLLM's long_prefill_token_threshold).
+        cap = self.long_prefill_tokens if len(prefilling) > 1 else 0
         for state in prefilling:
             if budget <= 0:
                 break
             n = budget if budget < state.prefill_left else state.prefill_left  # min(prefill_left, budget)
+            if cap and n > cap:
+                n = cap
             budget -= n
             chunks.append((state, n))
             work.append((n, state.context_tokens))
