@@ -16,22 +16,60 @@ import typer
 from agentsim.commands import COMMAND_MODULES
 from agentsim.errors import InputError, InvariantViolation
 
-app = typer.Typer(
-    name="agentsim",
-    help="Simulate agentic LLM workloads against a tiered KV cache.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
 
-for _module_name in COMMAND_MODULES:
-    try:
-        _module = importlib.import_module(f"agentsim.commands.{_module_name}")
-    except ModuleNotFoundError as _exc:
-        if _exc.name == f"agentsim.commands.{_module_name}":
-            continue  # command not built yet
-        raise
-    _module.register(app)
+        try:
+            installed = version("agentsim")
+        except PackageNotFoundError:  # running from a source tree that was never installed
+            installed = "unknown (not installed)"
+        sys.stdout.write(f"agentsim {installed}\n")
+        raise typer.Exit()
+
+
+def build_app(command: str | None = None) -> typer.Typer:
+    """The CLI with every sub-command, or with ``command`` alone.
+
+    A process that runs one command imports that command's module only (``agentsim replay``
+    does not pay for the simulator's, the plots' or rich's imports). The root callback keeps the
+    app a group either way, so ``agentsim replay ...`` parses the same with one or all commands.
+    """
+    built = typer.Typer(
+        name="agentsim",
+        help="Simulate agentic LLM workloads against a tiered KV cache.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+
+    @built.callback()
+    def root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                          help="Print the installed agentsim version and exit.")) -> None:
+        """Simulate agentic LLM workloads against a tiered KV cache."""
+
+    for module_name in ([command] if command in COMMAND_MODULES else COMMAND_MODULES):
+        try:
+            module = importlib.import_module(f"agentsim.commands.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"agentsim.commands.{module_name}":
+                continue  # command not built yet
+            raise
+        module.register(built)
+    return built
+
+
+def __getattr__(name: str):
+    """``agentsim.cli.app``: the app with every command (built on first access, for tests and embedding)."""
+    if name == "app":
+        globals()["app"] = built = build_app()
+        return built
+    raise AttributeError(name)
+
+
+def _command_named(args: list[str]) -> str | None:
+    """The sub-command ``args`` name, if the first argument is one (options come after it)."""
+    return args[0] if args and args[0] in COMMAND_MODULES else None
 
 
 def fail(error: InputError) -> None:
@@ -69,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     ``error:`` line with exit code 2, like every other bad input, instead of a boxed panel.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    app = build_app(_command_named(args))
     if not args:  # bare ``agentsim``: the help, exit code 2, as typer prints it
         app(args=args, standalone_mode=True)
     try:

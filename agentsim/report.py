@@ -35,6 +35,8 @@ import pandas as pd
 from agentsim.yaml_text import safe_load
 from agentsim.errors import InputError
 from agentsim.metrics.catalogue import KEY_METRICS, table_rows
+from agentsim.result_files import read_json_object, read_table
+from agentsim.metrics.deployment import deployment_lines
 
 #: Requests of at most this many cells are overlaid in a sweep's latency CDF (legibility).
 MAX_CDF_CELLS = 8
@@ -107,7 +109,7 @@ def runs_table(directory: str | Path) -> pd.DataFrame:
     for cell_dir in sorted((directory / "cells").glob("*")):
         if not cell_dir.is_dir():
             continue
-        info = json.loads((cell_dir / "cell.json").read_text()) if (cell_dir / "cell.json").exists() else {}
+        info = read_json_object(cell_dir / "cell.json", "cell.json") if (cell_dir / "cell.json").exists() else {}
         for run_dir in sorted(cell_dir.glob("seed-*"), key=lambda p: int(p.name.split("-", 1)[1]) if p.name.split("-", 1)[1].isdigit() else 0):
             row = {"cell_id": cell_dir.name, "label": info.get("label", cell_dir.name)}
             for path, value in info.get("assignments", []):
@@ -116,7 +118,7 @@ def runs_table(directory: str | Path) -> pd.DataFrame:
             row["run_dir"] = str(run_dir)
             if (run_dir / "summary.json").exists():
                 row["status"] = "ok"
-                for key, value in _flatten(json.loads((run_dir / "summary.json").read_text())).items():
+                for key, value in _flatten(read_json_object(run_dir / "summary.json", "summary")).items():
                     row.setdefault(key, value)
             else:
                 row["status"] = "error" if (run_dir / "error.json").exists() else "missing"
@@ -127,13 +129,13 @@ def runs_table(directory: str | Path) -> pd.DataFrame:
 def sweep_table(directory: str | Path) -> tuple[pd.DataFrame, list[str]]:
     """(table, axis columns) of a sweep or plan directory; the table has ``run_dir`` per row."""
     directory = Path(directory)
-    manifest = json.loads((directory / "sweep.json").read_text()) if (directory / "sweep.json").exists() else None
+    manifest = read_json_object(directory / "sweep.json", "sweep.json") if (directory / "sweep.json").exists() else None
     table = runs_table(directory)
     axes: list[str] = []
     if manifest:
         axes = list(dict.fromkeys(p for c in manifest.get("cells", []) for p, _v in c.get("assignments", [])))
         if (directory / "results.parquet").exists():
-            results = pd.read_parquet(directory / "results.parquet")
+            results = read_table(directory / "results.parquet")
             # The combined table is authoritative for the sweep's own cells and order; keep run_dir.
             dirs = table[["cell_id", "seed", "run_dir"]] if len(table) else pd.DataFrame(columns=["cell_id", "seed", "run_dir"])
             table = results.merge(dirs, on=["cell_id", "seed"], how="left")
@@ -168,7 +170,7 @@ def load_requests(table: pd.DataFrame, cells: int | None = MAX_CDF_CELLS, first_
         for row in runs.itertuples():
             path = Path(row.run_dir) / "requests.parquet"
             if path.exists():
-                frame = pd.read_parquet(path)
+                frame = read_table(path)
                 frame["label"] = label
                 frame["cell"] = getattr(row, "cell", label)
                 frame["seed"] = row.seed
@@ -187,6 +189,7 @@ figcaption{font-size:.9rem;color:#444;margin-top:.3rem} table{border-collapse:co
 th,td{border:1px solid #ddd;padding:.25rem .55rem;text-align:right} th{background:#f4f4f4} td.l,th.l{text-align:left}
 .note{color:#7a5a00;background:#fff8e1;padding:.4rem .7rem;border-left:3px solid #e0b000;font-size:.9rem}
 details{margin:.8rem 0} summary{cursor:pointer;color:#225}
+td{white-space:nowrap} .wide{overflow-x:auto}
 """
 
 
@@ -219,23 +222,59 @@ def html_table(frame: pd.DataFrame, left: int = 1) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+#: The slowest-requests table: column -> header (words, so a header wraps) and whether it is a
+#: duration. Durations print in ms or s and token counts in K, so 14 columns fit a 1280 px page.
+SLOW_REQUEST_COLUMNS = {
+    "request_id": ("request", False), "session_id": ("session", False), "depth": ("depth", False),
+    "gap_kind": ("gap", False), "gap_before_s": ("gap before", True), "prompt_tokens": ("prompt tokens", False),
+    "hit_tokens": ("hit tokens", False), "recomputed_tokens": ("recomputed tokens", False),
+    "queue_wait_s": ("queue", True), "load_wait_s": ("load", True), "prefill_s": ("prefill", True),
+    "ttft_s": ("TTFT", True), "e2e_s": ("E2E", True), "instance": ("instance", False),
+}
+
+
+def _short_tokens(value) -> str:
+    if value is None or value != value:
+        return "-"
+    return f"{value / 1e3:.1f}K" if abs(value) >= 10_000 else f"{int(value):,}"
+
+
+def slowest_requests_table(slow: pd.DataFrame) -> str:
+    """The slowest requests as a compact HTML table (see :data:`SLOW_REQUEST_COLUMNS`)."""
+    from agentsim.config.units import format_duration
+
+    cols = [c for c in SLOW_REQUEST_COLUMNS if c in slow]
+    shown = pd.DataFrame(index=slow.index)
+    for col in cols:
+        header, duration = SLOW_REQUEST_COLUMNS[col]
+        if duration:
+            shown[header] = [format_duration(v) if v == v else "-" for v in slow[col].astype(float)]
+        elif col.endswith("_tokens"):
+            shown[header] = [_short_tokens(v) for v in slow[col]]
+        else:
+            shown[header] = slow[col].astype(str)
+    return '<div class="wide">' + html_table(shown, left=0) + "</div>"
+
+
 def _summary_rows(summary: dict) -> pd.DataFrame:
     rows = [(lbl, summary[key]) for key, lbl in table_rows("summary") + table_rows("hierarchy")
             if key in summary and summary[key] is not None and key not in ("wall_s",)]
     for key in ("cost_per_million_tokens_usd", "gpu_hours", "provider_bill_usd"):
         if key in summary and summary[key] is not None:
             rows.append((key.replace("_", " "), summary[key]))
-    for key in ("evictions_by_reason_blocks", "recomputed_tokens_by_gap", "hit_ratio_by_tier"):
+    for key in ("regime_by_tier", "evictions_by_reason_blocks", "recomputed_tokens_by_gap",
+                "recomputed_tokens_evicted_by_tier", "queue_wait_share_by_cause", "hit_ratio_by_tier"):
         if isinstance(summary.get(key), dict):
             rows.append((key.replace("_", " "), ", ".join(f"{k}={_fmt(v)}" for k, v in summary[key].items())))
+    if summary.get("ttl_warning"):
+        rows.append(("TTL warning", summary["ttl_warning"]))
     return pd.DataFrame(rows, columns=["metric", "value"])
 
 
 class _Builder:
     def __init__(self, out_dir: Path, dpi: int):
         self.out_dir = out_dir
-        self.fig_dir = out_dir / "figures"
-        self.fig_dir.mkdir(parents=True, exist_ok=True)
+        self.fig_dir = out_dir / "figures"  # created with the first figure, after the inputs are read
         self.dpi = dpi
         self.figures: list[FigureEntry] = []
         self.skipped: list[str] = []
@@ -249,6 +288,7 @@ class _Builder:
         except plots.PlotSkipped as exc:
             self.skipped.append(str(exc))
             return
+        self.fig_dir.mkdir(parents=True, exist_ok=True)
         path = self.fig_dir / f"{name}.png"
         plots.save_png(fig, path, dpi=self.dpi)
         entry = FigureEntry(name, title, caption, path)
@@ -288,6 +328,9 @@ def _run_report(run_dir: Path, b: _Builder) -> Report:
     requests = tables.get("requests", pd.DataFrame())
     if len(requests):
         requests = requests.assign(policy=summary.get("policy", "?"))
+    deployment = deployment_lines(summary.get("deployment"))
+    if deployment:
+        b.raw("<h2>Deployment</h2>" + html_table(pd.DataFrame(deployment, columns=["", "simulated"])))
     b.raw("<h2>Summary</h2>" + html_table(_summary_rows(summary)))
     b.figure("latency_cdf", "Latency distribution",
              "Empirical CDFs of TTFT and end-to-end latency (log x; logit y so the tail is readable). "
@@ -317,10 +360,7 @@ def _run_report(run_dir: Path, b: _Builder) -> Report:
              lambda: plots.link_utilisation(tables.get("link_samples"), tables.get("links")))
     if len(requests):
         slow = plots.slowest_requests(requests, warmup_s=warmup).head(15)
-        cols = [c for c in ("request_id", "session_id", "depth", "gap_kind", "gap_before_s", "prompt_tokens",
-                            "hit_tokens", "recomputed_tokens", "queue_wait_s", "load_wait_s", "prefill_s", "ttft_s",
-                            "e2e_s", "instance") if c in slow]
-        b.raw("<h2>Slowest requests by TTFT</h2>" + html_table(slow[cols], left=0))
+        b.raw("<h2>Slowest requests by TTFT</h2>" + slowest_requests_table(slow))
     if "links" in tables and len(tables["links"]):
         b.raw("<h2>Links (whole run)</h2>" + html_table(tables["links"]))
     b.raw("<details><summary>summary.json</summary><pre>" + html.escape(json.dumps(summary, indent=1)) + "</pre></details>")
@@ -374,17 +414,17 @@ def _sweep_report(directory: Path, b: _Builder, kind: str) -> Report:
     metrics = [m for m in KEY_METRICS if m in ok and pd.to_numeric(ok[m], errors="coerce").notna().any()]
     name = directory.name
     if (directory / "sweep.json").exists():
-        name = json.loads((directory / "sweep.json").read_text()).get("name", name)
+        name = read_json_object(directory / "sweep.json", "sweep.json").get("name", name)
     b.raw("<h2>Cells: mean ± 95% CI over seeds</h2>" + html_table(_stats_table(table, metrics), left=1))
     if (directory / "paired.parquet").exists():
-        paired = pd.read_parquet(directory / "paired.parquet")
+        paired = read_table(directory / "paired.parquet")
         if len(paired) and "metric" in paired:
             shown = paired[paired.metric.isin(metrics)]
             if len(shown):
                 b.raw("<details><summary>Paired differences against the baseline cell (same seeds)</summary>"
                       + html_table(shown, left=2) + "</details>")
     if (directory / "plan.json").exists():
-        plan = json.loads((directory / "plan.json").read_text())
+        plan = read_json_object(directory / "plan.json", "plan.json")
         message = plan.get("message") if isinstance(plan, dict) else None
         if message:
             b.raw(f"<h2>Plan</h2><p>{html.escape(str(message))}</p>")

@@ -20,40 +20,10 @@ hits, deepest block of a request evicted first).
 from __future__ import annotations
 
 import argparse
-from collections import OrderedDict
-
 from _common import MOONCAKE, Row, best_time, print_table
+from naive_replay import naive_prefix_lru
 
 CAPACITY_FRACTION = 0.1
-
-
-def naive_prefix_lru(requests: list[list[int]], capacity: int) -> int:
-    """Hit blocks of a textbook prefix LRU over block keys (the reference; no radix tree).
-
-    A request's hits are its longest resident prefix; then every block of the request is
-    touched deepest first (so the shallowest is the most recent and the deepest goes first on
-    ties) and blocks are evicted from the LRU end until the capacity holds.
-    """
-    lru: OrderedDict[int, None] = OrderedDict()
-    move_to_end = lru.move_to_end
-    pop_oldest = lru.popitem
-    hits = 0
-    for keys in requests:
-        hit = 0
-        for key in keys:
-            if key in lru:
-                hit += 1
-            else:
-                break
-        hits += hit
-        for key in reversed(keys):
-            if key in lru:
-                move_to_end(key)
-            else:
-                lru[key] = None
-        while len(lru) > capacity:
-            pop_oldest(last=False)
-    return hits
 
 
 def libcachesim_lru(stream: list[int], capacity: int) -> int | None:

@@ -2,9 +2,10 @@
 target, met?).
 
 Sections: cache-only replay and the hit-ratio curve (replay.py), timed simulation speed
-(bench_simulation.py), whole-process comparison with Dynamo's offline replay (vs_dynamo.py,
+(bench_simulation.py), whole-process start-up of the command line (cli_start.py), whole-process comparison with Dynamo's offline replay (vs_dynamo.py,
 skipped with a note when ``.peers/dynamo`` is absent), the GB300 NVL72 rack hour
-(bench_rack.py). The sweep speed-up (bench/sweep.py) is separate (it measures the machine's
+(bench_rack.py), memory per request and CPU per request from one rack to four and from ten
+minutes to a day (bench_scale.py). The sweep speed-up (bench/sweep.py) is separate (it measures the machine's
 parallelism as much as agentsim's). Progress goes to stderr; the table to stdout.
 
     .venv/bin/python bench/run_all.py [--repeat 3] [--only replay,simulation,dynamo,rack] [--quick]
@@ -18,7 +19,7 @@ import time
 
 from _common import Row, print_table
 
-SECTIONS = ("replay", "simulation", "dynamo", "rack")
+SECTIONS = ("replay", "cli", "simulation", "dynamo", "rack", "scale")
 
 
 def main() -> None:
@@ -35,6 +36,9 @@ def main() -> None:
         if section == "replay":
             import replay as bench_replay
             rows += bench_replay.rows(args.repeat)
+        elif section == "cli":
+            import cli_start
+            rows += cli_start.rows(max(5, args.repeat))
         elif section == "simulation":
             import bench_simulation
             rows += bench_simulation.rows(args.repeat)
@@ -44,6 +48,9 @@ def main() -> None:
         elif section == "rack":
             import bench_rack
             rows += bench_rack.rows(scaling=not args.quick)
+        elif section == "scale":
+            import bench_scale
+            rows += bench_scale.rows()
         else:
             parser.error(f"unknown section {section!r}; known: {', '.join(SECTIONS)}")
         print(f"[bench] {section} done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)

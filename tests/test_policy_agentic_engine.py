@@ -128,10 +128,35 @@ def test_belady_headroom_can_be_switched_off_without_changing_the_run():
     for key in ("belady_headroom", "belady_replay_hit_ratio", "policy_replay_hit_ratio"):
         assert off.summary[key] is None
     assert "headroom_replay_wall_s" not in off.summary
+    assert on.summary["belady_headroom_skipped"] is None
+    assert off.summary["belady_headroom_skipped"] == "run.belady_headroom is false"
     # Only the replay is skipped: everything the simulation measured is the same.
     skip = {"belady_headroom", "belady_replay_hit_ratio", "policy_replay_hit_ratio", "headroom_replay_wall_s",
-            "wall_s", "simulated_requests_per_wall_s"}
+            "belady_headroom_skipped", "wall_s", "simulated_requests_per_wall_s"}
     assert {k: v for k, v in on.summary.items() if k not in skip} == \
         {k: v for k, v in off.summary.items() if k not in skip}
     for name, table in on.tables.items():
         assert table.equals(off.tables[name]), name
+
+
+def test_a_headroom_stream_past_the_limit_is_dropped_at_once_and_the_summary_says_why(monkeypatch):
+    from agentsim.engine import diagnostics
+    from agentsim.engine.simulation import Simulation
+
+    full = run_scenario(load_scenario(REGIMES))
+    monkeypatch.setattr(diagnostics, "HEADROOM_MAX_BLOCKS", 500)
+    simulation = Simulation(load_scenario(REGIMES))
+    seen = []
+    observe = simulation.diagnostics.observe_request
+
+    def observe_and_measure(request):
+        observe(request)
+        seen.append(sum(len(stream) for stream in simulation.diagnostics.streams.values()))
+
+    simulation.diagnostics.observe_request = observe_and_measure
+    small = simulation.run()
+    assert small.summary["belady_headroom"] is None
+    assert small.summary["belady_headroom_skipped"] == "request stream exceeded 500 blocks"
+    # Dropped when it passed the limit, not kept to the end: the stream is empty from then on.
+    assert max(seen) > 0 and seen[-1] == 0 and len(seen) > seen.index(0) + 10
+    assert small.summary["hit_tokens"] == full.summary["hit_tokens"]

@@ -213,3 +213,41 @@ def test_serve_is_the_step_by_step_request_exactly(name):
                 states.append((hits, cache.evicted_blocks, cache.inserted_blocks, tree,
                                repr(policy.describe()), repr(policy.counters())))
             assert states[0] == states[1], (name, seed, capacity)
+
+
+class _NoCompactionLRU(EVICTION_POLICIES.get("lru")):
+    COMPACT_MIN_ITEMS = 10**12   # never compacts: the reference order
+
+
+class _OftenCompactedLRU(EVICTION_POLICIES.get("lru")):
+    COMPACT_MIN_ITEMS = 64       # compacts many times in a short stream
+
+
+def _mixed_stream(n_requests=3000):
+    import random
+
+    rng = random.Random(7)
+    sessions = [[s * 10_000 + j for j in range(1, 6)] for s in range(40)]
+    stream = []
+    for i in range(n_requests):
+        keys = sessions[rng.randrange(len(sessions))]
+        keys.extend(keys[-1] + 1 + j for j in range(rng.randrange(1, 4)))
+        stream.append((list(keys), float(i)))
+    return stream
+
+
+@pytest.mark.parametrize("capacity", [200, 10**6])
+def test_a_lazy_heap_is_compacted_and_victims_come_out_in_the_same_order(capacity):
+    reference = RadixCache(capacity, _NoCompactionLRU())
+    compacted = RadixCache(capacity, _OftenCompactedLRU())
+    for keys, now in _mixed_stream():
+        assert compacted.serve(keys, min(len(keys), capacity), now) == reference.serve(keys, min(len(keys), capacity), now)
+    assert resident_keys(compacted) == resident_keys(reference)
+    assert compacted.evicted_blocks == reference.evicted_blocks
+    live_nodes = sum(1 for _ in compacted.iter_nodes())
+    if capacity < 10**6:
+        assert compacted.evicted_blocks > 1000   # the order of many victims was compared
+        return
+    # Without evictions the heap keeps an item per access; compacted, about the live nodes.
+    assert len(reference.policy._heap) > 10 * max(compacted.policy.COMPACT_MIN_ITEMS, 2 * live_nodes)
+    assert len(compacted.policy._heap) <= max(compacted.policy.COMPACT_MIN_ITEMS, 2 * live_nodes) + 1

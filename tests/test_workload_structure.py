@@ -118,3 +118,13 @@ def test_graph_command_writes_graphml_png_and_stats(tmp_path):
 
     graph = nx.read_graphml(out / "prefix_graph.graphml")
     assert graph.number_of_nodes() == stats["segments"] + 1
+
+
+def test_a_diurnal_profile_whose_peak_multiplier_is_one_still_shapes_arrivals():
+    profile = [0.1] * 12 + [1.0] * 12   # normalised to the peak hour
+    sc = scenario(arrival={"kind": "poisson", "rate_per_s": 0.05, "diurnal": profile}, calls_per_session=1)
+    sc = sc.model_copy(update={"duration_s": 24 * 3600.0})
+    first = run_scenario(sc).tables["requests"].query("call_index == 0").arrival_s.to_numpy()
+    night, day = (first < 12 * 3600).sum(), (first >= 12 * 3600).sum()
+    # Expected: night 0.05*0.1*12h = 216, day 0.05*12h = 2160.
+    assert night == pytest.approx(216, rel=0.25) and day == pytest.approx(2160, rel=0.1)

@@ -160,12 +160,31 @@ class KeyedLeafPolicy(EvictionPolicy):
     evictable, a fresh entry is pushed and the node's ``heap_version`` bumped; stale entries are
     skipped when popped. This is O(log n) per change instead of SGLang's rebuild-per-eviction,
     and exact for keys that only change on the notifications above (time-invariant keys).
+
+    A tier that rarely evicts (a large DRAM or disk tier) would otherwise keep every superseded
+    entry, and through it every node it ever held, for the whole run: memory growing with each
+    request. So when the heap outgrows :attr:`_compact_at` its entries that can never be popped
+    as victims (superseded version, or a node no longer alive: both are permanent) are dropped
+    and the rest re-heapified. Items are totally ordered (``node_id`` and ``version`` make
+    them unique), so the remaining victims come out in exactly the same order.
     """
+
+    #: The heap is compacted when it grows past this many items, and the next compaction waits
+    #: until it doubles the live entries kept (amortised O(1) per push).
+    COMPACT_MIN_ITEMS = 4096
 
     def __init__(self, params: BaseModel | None = None):
         super().__init__(params)
         self._heap: list = []
+        self._compact_at = self.COMPACT_MIN_ITEMS
         self._plain_leaf_rule = False
+
+    def _compact_heap(self) -> None:
+        """Drop the items no pop can return as a victim; keep the order of the rest."""
+        kept = [item for item in self._heap if item[-2] == item[-1].heap_version and item[-1].alive]
+        heapq.heapify(kept)
+        self._heap = kept
+        self._compact_at = max(self.COMPACT_MIN_ITEMS, 2 * len(kept))
 
     def key(self, node: "Node") -> tuple:
         """Sort key; ties are broken by the cache's node id (creation order) after this."""
@@ -177,6 +196,8 @@ class KeyedLeafPolicy(EvictionPolicy):
         # comparisons (no inner tuple compared for equality first).
         node.heap_version = version = node.heap_version + 1
         heapq.heappush(self._heap, self.key(node) + (node.node_id, version, node))
+        if len(self._heap) > self._compact_at:
+            self._compact_heap()
 
     def bind(self, cache: "RadixCache") -> None:
         super().bind(cache)
@@ -198,7 +219,10 @@ class KeyedLeafPolicy(EvictionPolicy):
             return
         # _push, inlined: this runs for every notification of an evictable node.
         node.heap_version = version = node.heap_version + 1
-        heapq.heappush(self._heap, self.key(node) + (node.node_id, version, node))
+        heap = self._heap
+        heapq.heappush(heap, self.key(node) + (node.node_id, version, node))
+        if len(heap) > self._compact_at:
+            self._compact_heap()
 
     def on_insert(self, node, now_s):
         self._push_if_evictable(node)

@@ -108,17 +108,15 @@ def register(app: typer.Typer) -> None:
             return
         if scenario is not None or set_:
             raise InputError("--scenario and --set apply to the timed modes (open-loop, closed-loop) only", "command line")
-        from agentsim.replay import canonicalize, make_policy, replay_cache_only
-        from agentsim.replay.cache_only import signal_warnings
+        from agentsim.replay.cache_only import make_policy, replay_cache_only, signal_warnings
         from agentsim.replay.load import load_trace
 
         policy = policy or "lru"
         make_policy(policy, policy_params, param_items)  # fail fast on a bad policy, before reading a large trace
         loaded = load_trace(trace, fmt, block_tokens=block_size, session_offset_s=session_offset)
         print_warnings(loaded.warnings)
-        canonical = canonicalize(loaded.requests)
         result = replay_cache_only(loaded.requests, capacity_blocks=capacity_blocks, capacity_fraction=capacity_fraction,
-                                   policy=policy, policy_params=policy_params, clock=clock, canonical=canonical,
+                                   policy=policy, policy_params=policy_params, clock=clock,
                                    record_requests=out is not None)
         summary = {"trace": loaded.path, "format": loaded.fmt, **result.summary(), "load_time_s": loaded.load_time_s}
         print_warnings(signal_warnings(summary))

@@ -8,18 +8,21 @@ holds plain SI numbers and says its unit in its name.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agentsim.config.limits import Limits, check_limits
 from agentsim.config.units import Bytes, BytesPerSecond, Count, FlopsPerSecond, Seconds
 from agentsim.errors import FieldError, did_you_mean
-from agentsim.config.distributions import DistributionSpec
+from agentsim.config.distributions import DistributionSpec, require_support_at_least
 from agentsim.config.disaggregation import DisaggregationConfig, check_pools
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # Infinity and NaN are never a valid setting (`rate_per_s: .inf` would hang the run,
+    # `min: .nan` compares false with everything): every float field must be finite.
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class HardwareConfig(Strict):
@@ -42,6 +45,11 @@ class HardwareConfig(Strict):
     kv_capacity_bytes: Bytes | None = Field(None, gt=0, description="HBM bytes for KV per instance; derived from HBM minus weights minus reserve when absent")
     hbm_reserve_fraction: float = Field(0.10, ge=0, lt=1, description="HBM fraction kept for activations and workspace when deriving KV capacity")
     price_usd_per_gpu_hour: float = Field(6.0, ge=0, description="GPU-hour price for cost reports")
+    # Memory below HBM, priced per GB-month of configured tier capacity (HBM is in the GPU price).
+    # Sources and derivations: docs/experiments.md, "Memory prices".
+    dram_usd_per_gb_month: float = Field(0.53, ge=0, description="DRAM tier capacity price, USD per GB-month ([derived] ~$19/GB server DDR5 amortised over 36 months)")
+    nvme_usd_per_gb_month: float = Field(0.0092, ge=0, description="disk (NVMe) tier capacity price, USD per GB-month ([derived] ~$0.33/GB enterprise TLC SSD over 36 months)")
+    remote_usd_per_gb_month: float = Field(0.023, ge=0, description="remote store capacity price, USD per GB-month ([secondhand] object storage list price; an assumption for a KV store)")
     # --- memory hierarchy and topology (used when cache.tiers enables lower tiers) -------------
     gpus_per_tray: int = Field(4, gt=0, description="GPUs per compute tray (they share the tray's NVMe drives)")
     gpus_per_cpu: int = Field(2, gt=0, description="GPUs sharing one host CPU and its DRAM (Grace: 2)")
@@ -168,7 +176,7 @@ class LinkOverride(BaseModel):
     (NVLink ingress, per instance). The bandwidth is the link's total as built (per instance,
     per tray or shared, as listed)."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, populate_by_name=True, allow_inf_nan=False)
 
     from_tier: str = Field(alias="from", description="tier the data leaves (hbm, peer_hbm, dram, disk, remote)")
     to_tier: str = Field(alias="to", description="tier the data enters")
@@ -354,13 +362,34 @@ class Arrival(Strict):
                 raise ValueError("diurnal multipliers must be >= 0 and not all zero")
         return value
 
+    #: Keys that only one arrival kind reads: given to the other kind they would be ignored.
+    KIND_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {"poisson": ("rate_per_s", "diurnal", "bursts"),
+                 "population": ("concurrent", "ramp_s", "restart_delay_s")}
+
     @model_validator(mode="after")
     def _check_kind(self):
         if self.kind == "poisson" and self.rate_per_s is None:
             raise FieldError(("rate_per_s",), "a poisson arrival needs rate_per_s")
         if self.kind == "population" and self.concurrent is None:
             raise FieldError(("concurrent",), "a population arrival needs concurrent")
+        for kind, keys in self.KIND_KEYS.items():
+            if kind == self.kind:
+                continue
+            for key in keys:
+                # A value other than the default: a resolved scenario (a sweep cell, a
+                # scenario.resolved.yaml) spells every key out with its default.
+                field = type(self).model_fields[key]
+                if getattr(self, key) != field.get_default(call_default_factory=True):
+                    raise FieldError((key,), f"{key} belongs to a {kind} arrival, and this one is kind {self.kind} "
+                                             f"(it would be ignored); remove it or set kind: {kind}")
         return self
+
+    def peak_rate_per_s(self) -> float:
+        """Poisson: an upper bound of the session start rate (diurnal peak times every burst)."""
+        peak = (self.rate_per_s or 0.0) * (max(self.diurnal) if self.diurnal else 1.0)
+        for burst in self.bursts:
+            peak *= max(1.0, burst.multiplier)
+        return peak
 
 
 class Burst(Strict):
@@ -382,6 +411,11 @@ class SubAgents(Strict):
     system_tokens: int = Field(0, ge=0, description="the sub-agents' own system/tools prompt, after the parent's prefix (shared by siblings)")
     task_tokens: DistributionSpec = Field(default=2000, description="tokens of the sub-agent's own task appended to the shared prefix")
     result_tokens: DistributionSpec = Field(default=1000, description="tokens the parent appends when it joins a sub-agent")
+
+    @field_validator("fanout", "calls", "task_tokens", "result_tokens")
+    @classmethod
+    def _non_negative(cls, spec, info):
+        return require_support_at_least(spec, 0, info.field_name)
 
 
 class Compaction(Strict):
@@ -408,6 +442,11 @@ class Edits(Strict):
     min_depth_fraction: float = Field(0.3, ge=0, le=1)
     dropped_tokens: DistributionSpec = Field(default=2000)
 
+    @field_validator("dropped_tokens")
+    @classmethod
+    def _non_negative(cls, spec, info):
+        return require_support_at_least(spec, 0, info.field_name)
+
 
 class AgentClass(Strict):
     """One kind of agent (coding agent, chat user, batch tool agent ...)."""
@@ -425,6 +464,13 @@ class AgentClass(Strict):
     subagents: SubAgents = Field(default_factory=SubAgents)
     compaction: Compaction | None = None
     edits: Edits | None = None
+
+    @field_validator("initial_context_tokens", "calls_per_session", "tool_gap_s", "human_gap_s",
+                     "appended_tokens", "output_tokens")
+    @classmethod
+    def _non_negative(cls, spec, info):
+        # Gaps and token counts cannot be negative (calls and outputs below one are drawn as one).
+        return require_support_at_least(spec, 0, info.field_name)
 
 
 class WorkloadConfig(Strict):
@@ -466,6 +512,7 @@ class Scenario(Strict):
     workload: WorkloadConfig
     slo: SloConfig = Field(default_factory=SloConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+    limits: Limits = Field(default_factory=Limits, description="size limits checked before the run allocates anything")
 
     @field_validator("name")
     @classmethod
@@ -473,6 +520,12 @@ class Scenario(Strict):
         if not value.strip():
             raise ValueError("name must not be empty")
         return value
+
+    @model_validator(mode="after")
+    def _within_limits(self):
+        """The size limits (:mod:`agentsim.config.limits`), before anything is sized from them."""
+        check_limits(self)
+        return self
 
     @model_validator(mode="after")
     def _cross_checks(self):
@@ -488,7 +541,7 @@ class Scenario(Strict):
                 )
         elif self.hardware.kv_capacity_bytes > hbm_total:
             raise FieldError(("hardware", "kv_capacity_bytes"),
-                f"{self.hardware.kv_capacity_bytes / 1e9:.0f} GB of KV exceeds the instance's HBM ({hbm_total / 1e9:.0f} GB)"
+                f"{self.hardware.kv_capacity_bytes / 1e9:.4g} GB of KV exceeds the instance's HBM ({hbm_total / 1e9:.0f} GB)"
             )
         par = self.serving.parallelism
         gpus = self.hardware.gpus_per_instance

@@ -9,6 +9,18 @@ from agentsim.hardware.tier_kinds import TIER_KINDS, link_endpoints, lower_tier_
 from agentsim.hardware.topology import Topology, place, tier_capacity_bytes
 
 
+def _hardware_capacity_bytes(scenario, name: str, cfg, shape: Topology, placements) -> float:
+    """The most a ``name`` tier can hold per instance on this hardware (the kind's capacity rule
+    with the whole device, ``capacity_fraction`` 1), the smallest over instances. A tray-scoped
+    kind counts every tray an instance spans."""
+    whole = cfg.model_copy(update={"capacity_bytes": None, "capacity_fraction": 1.0})
+    physical = min(tier_capacity_bytes(scenario, name, whole, shape, p.instance) for p in placements)
+    if TIER_KINDS[name].capacity_scope == "tray":
+        hw = scenario.hardware
+        physical *= -(-hw.gpus_per_instance // hw.gpus_per_tray)  # an instance may span trays
+    return physical
+
+
 def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
     """The first mistake in ``cache.tiers`` that pydantic cannot see alone (it needs the
     hardware, the model or several fields together), as (message, YAML path); None if fine.
@@ -59,6 +71,13 @@ def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
             key = "capacity_bytes" if cfg.capacity_bytes is not None else "capacity_fraction"
             return (f"the {name} tier holds less than one KV block per instance ({capacity / 1e6:.3g} MB < "
                     f"{block_bytes / 1e6:.3g} MB)"), base + (name, key)
+        if cfg.capacity_bytes is not None and kind.capacity_bytes is not None:
+            # A capacity the hardware does not have would simulate memory that is not there.
+            physical = _hardware_capacity_bytes(scenario, name, cfg, shape, placements)
+            if cfg.capacity_bytes > physical:
+                return (f"the {name} tier's {cfg.capacity_bytes / 1e12:.4g} TB per instance exceed what the hardware "
+                        f"has for it ({physical / 1e12:.4g} TB per instance: {kind.description}); lower "
+                        "capacity_bytes or change the hardware section"), base + (name, "capacity_bytes")
     enabled = [name for name, _ in tiers.enabled_tiers()]
     if tiers.prefetch.policy != "none" and (len(enabled) < 2 or enabled[0] != "dram"):
         return (f"prefetch policy {tiers.prefetch.policy!r} stages disk/remote hits into DRAM: it needs an enabled "

@@ -9,11 +9,25 @@
 Timed replays (open-loop, closed-loop) live in :mod:`agentsim.replay.timed` when built.
 """
 
-from agentsim.replay.cache_only import CacheOnlyResult, make_policy, replay_cache_only, resolve_capacity
-from agentsim.replay.mrc import HitRatioCurve, distance_histogram, hit_ratio_curve, stack_distances
-from agentsim.replay.prefix import CanonicalTrace, canonicalize
+import importlib
 
-__all__ = [
-    "CacheOnlyResult", "CanonicalTrace", "HitRatioCurve", "canonicalize", "distance_histogram", "hit_ratio_curve",
-    "make_policy", "replay_cache_only", "resolve_capacity", "stack_distances",
-]
+# Names are imported from their modules on first use: a cache-only replay does not import the
+# curve code (numpy) it does not run.
+_EXPORTS = {
+    "CacheOnlyResult": "cache_only", "make_policy": "cache_only", "replay_cache_only": "cache_only",
+    "resolve_capacity": "cache_only", "HitRatioCurve": "mrc", "distance_histogram": "mrc",
+    "hit_ratio_curve": "mrc", "stack_distances": "mrc", "CanonicalTrace": "prefix", "canonicalize": "prefix",
+    "prefix_block_counts": "prefix",
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"agentsim.replay.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = sorted(_EXPORTS)

@@ -41,7 +41,7 @@ from agentsim.cache.radix import RadixCache
 from agentsim.cache.sequential import has_timers, has_tool_hooks, replay_sequence
 from agentsim.errors import InputError, InvariantViolation
 from agentsim.replay.params import validate_policy_params
-from agentsim.replay.prefix import CanonicalTrace, canonicalize
+from agentsim.replay.prefix import CanonicalTrace, prefix_block_counts
 from agentsim.workload.traces.agents import AgentSignals, agent_signals
 from agentsim.workload.traces.records import TraceRequest
 
@@ -148,8 +148,10 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
     if clock not in CLOCKS:
         raise InputError(f"unknown clock {clock!r}; known: {', '.join(CLOCKS)}", "--clock")
     if canonical is None:
-        canonical = canonicalize(requests)
-    capacity = resolve_capacity(canonical.unique_blocks, capacity_blocks, capacity_fraction)
+        unique_blocks, ideal_hit_blocks = prefix_block_counts(requests)
+    else:
+        unique_blocks, ideal_hit_blocks = canonical.unique_blocks, canonical.ideal_hit_blocks
+    capacity = resolve_capacity(unique_blocks, capacity_blocks, capacity_fraction)
     policy_obj = make_policy(policy, policy_params)
     cache = RadixCache(capacity, policy_obj, name="replay")
     tool_hooks = has_tool_hooks(policy_obj)
@@ -181,8 +183,8 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
     extra["policy_signals_missing"] = missing_signals(policy, policy_obj, signals)
     return CacheOnlyResult(
         policy=policy, capacity_blocks=capacity, block_tokens=block_tokens, requests=len(requests),
-        requested_blocks=stats.requested_blocks, hit_blocks=stats.hit_blocks, unique_blocks=canonical.unique_blocks,
-        ideal_hit_blocks=canonical.ideal_hit_blocks, input_tokens=input_tokens, hit_tokens=hit_tokens,
+        requested_blocks=stats.requested_blocks, hit_blocks=stats.hit_blocks, unique_blocks=unique_blocks,
+        ideal_hit_blocks=ideal_hit_blocks, input_tokens=input_tokens, hit_tokens=hit_tokens,
         evicted_blocks=cache.evicted_blocks, replay_time_s=elapsed, clock=clock,
         request_hit_blocks=stats.per_request_hits if record_requests else None, extra=extra)
 

@@ -1,31 +1,16 @@
-"""Registered eviction policies. Importing this package registers every built-in policy.
+"""Registered eviction policies and admission filters, one module each.
 
-The registries themselves live in :mod:`agentsim.cache.registries` (a policy module imports
-them from there, not from this package); they are re-exported here for callers.
+The registries live in :mod:`agentsim.cache.registries` (a policy module imports them from
+there, not from this package), where every built-in is declared by name and its module is
+imported on first lookup; they are re-exported here for callers. Importing this package
+imports no policy module.
 """
 
-from agentsim.cache.registries import ADMISSION_FILTERS, EVICTION_POLICIES  # noqa: F401
+from agentsim.cache.registries import (  # noqa: F401
+    ADMISSION_FILTERS,
+    ADMISSION_MODULES,
+    EVICTION_POLICIES,
+    POLICY_MODULES,
+)
 
-# Each module registers itself; keep one import per policy module.
-from agentsim.cache.policies import lru  # noqa: E402,F401
-from agentsim.cache.policies import fifo  # noqa: E402,F401
-from agentsim.cache.policies import slru  # noqa: E402,F401
-from agentsim.cache.policies import twoq  # noqa: E402,F401
-from agentsim.cache.policies import s3fifo  # noqa: E402,F401
-from agentsim.cache.policies import sieve  # noqa: E402,F401
-from agentsim.cache.policies import arc  # noqa: E402,F401
-from agentsim.cache.policies import w_tinylfu  # noqa: E402,F401
-from agentsim.cache.policies import vllm_lru  # noqa: E402,F401
-from agentsim.cache.policies import lfu  # noqa: E402,F401
-from agentsim.cache.policies import gdsf  # noqa: E402,F401
-from agentsim.cache.policies import tlru  # noqa: E402,F401
-from agentsim.cache.policies import belady  # noqa: E402,F401
-from agentsim.cache.policies import ttl_expiry  # noqa: E402,F401
-from agentsim.cache.policies import ttl_pin  # noqa: E402,F401
-from agentsim.cache.policies import continuum  # noqa: E402,F401
-from agentsim.cache.policies import infercept  # noqa: E402,F401
-from agentsim.cache.policies import kvflow  # noqa: E402,F401
-from agentsim.cache.policies import belady_oracle  # noqa: E402,F401
-from agentsim.cache.policies import admission  # noqa: E402,F401  (A1 filters: ADMISSION_FILTERS)
-
-__all__ = ["ADMISSION_FILTERS", "EVICTION_POLICIES"]
+__all__ = ["ADMISSION_FILTERS", "ADMISSION_MODULES", "EVICTION_POLICIES", "POLICY_MODULES"]

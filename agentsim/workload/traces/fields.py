@@ -9,8 +9,6 @@ from __future__ import annotations
 import math
 from array import array
 
-import numpy as np
-
 from agentsim.errors import InputError
 
 
@@ -86,13 +84,15 @@ def as_block_keys(value, name: str, source: str, where: str, input_tokens: int, 
     except OverflowError:
         raise _fail(source, where, f"field {name!r} holds an id beyond 64 bits") from None
     if keys:
-        # Range checks and the namespace offset at C speed (numpy views the array's buffer).
-        view = np.frombuffer(keys, dtype=np.int64)
-        low, high = int(view.min()), int(view.max())
+        # The built-in min/max walk a request's few dozen ids faster than numpy's reductions,
+        # whose fixed cost per call (~3 us) made them most of reading the Mooncake trace.
+        low, high = min(keys), max(keys)
         if low < 0 or (limit is not None and high >= limit):
             bad = low if low < 0 else high
             bound = f" below {limit}" if limit is not None else ""
             raise _fail(source, where, f"field {name!r} must hold non-negative integers{bound}, found {bad}")
-        if offset:
-            keys = array("q", (view + offset).tobytes())
+        if offset:  # the namespace offset at C speed (numpy views the array's buffer)
+            import numpy as np
+
+            keys = array("q", (np.frombuffer(keys, dtype=np.int64) + offset).tobytes())
     return keys

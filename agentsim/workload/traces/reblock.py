@@ -17,8 +17,6 @@ from __future__ import annotations
 from array import array
 from dataclasses import replace
 
-import numpy as np
-
 from agentsim.errors import InputError
 from agentsim.workload.traces.records import TraceRequest
 
@@ -51,6 +49,8 @@ class Reblocker:
             n = len(block_keys)
             if n == 0:
                 return array("q")
+            import numpy as np  # here, not at import: most traces are never reblocked
+
             view = np.frombuffer(block_keys, dtype=np.int64)
             last = view[factor - 1::factor]
             if n % factor:
