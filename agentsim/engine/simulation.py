@@ -397,6 +397,9 @@ class Simulation:
         summary.update(self.diagnostics.summary())
         if self.prefill_ahead is not None:
             summary.update(self.prefill_ahead.summary(simulated_s))
+        elif scenario.serving.prefill_ahead.name != "none":
+            # A trace replay has no tool gaps whose output could stream in ahead of the call.
+            summary["prefill_ahead"] = f"{scenario.serving.prefill_ahead.name} (not applied: the workload has no agent tool gaps)"
         summary["recomputed_tokens_evicted_by_tier"] = dict(self.recompute.evicted_by_tier_tokens)
         summary["recompute_record_bytes"] = self.recompute.state_bytes()
         tables = {"requests": requests, "occupancy": occupancy}
