@@ -28,13 +28,13 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from agentsim.hardware.tier_kinds import tier_names
 from agentsim.metrics.catalogue import EVICTION_REASONS, axis_label
 from agentsim.metrics.summary import GAP_BUCKETS
 
 #: Tail quantiles marked on latency CDFs and the labels used for them.
 TAIL_QUANTILES = ((0.99, "p99"), (0.999, "p99.9"))
 
-TIER_ORDER = ["hbm", "peer_hbm", "dram", "disk", "remote"]
 REASON_ORDER = list(EVICTION_REASONS)
 BREAKDOWN_PARTS = (("queue_wait_s", "queue wait"), ("load_wait_s", "load from lower tier"), ("prefill_s", "prefill (compute)"))
 
@@ -202,11 +202,14 @@ def ttft_breakdown(requests: pd.DataFrame, quantile: float = 0.999, min_requests
         if have_parts and shown["other_s"].sum() > 1e-9 * max(1.0, shown.ttft_s.sum()):
             ax.barh(y, shown.other_s.to_numpy(dtype=float), left=left, color=colors["other_s"], label="other", height=0.75)
         ticks = []
+        # Every tier below HBM the table has a column for (the columns follow the tier kinds).
+        lower_tiers = [c.removeprefix("hit_tokens_") for c in shown.columns
+                       if c.startswith("hit_tokens_") and c != "hit_tokens_hbm"]
         for row in shown.itertuples():
             recomputed = row.recomputed_tokens / row.prompt_tokens if getattr(row, "prompt_tokens", 0) else float("nan")
             kind = getattr(row, "gap_kind", "?")
             depth = " sub" if getattr(row, "depth", 0) else ""
-            lower = [(t, getattr(row, f"hit_tokens_{t}", 0)) for t in ("peer_hbm", "dram", "disk", "remote")]
+            lower = [(t, getattr(row, f"hit_tokens_{t}", 0)) for t in lower_tiers]
             lower = ", ".join(f"{t} {n / row.prompt_tokens:.0%}" for t, n in lower if n)
             ticks.append(f"#{row.request_id} {kind}{depth} {row.prompt_tokens / 1e3:.0f}K tok, {recomputed:.0%} recomp."
                          + (f", {lower}" if lower else ""))
@@ -294,7 +297,7 @@ def tier_occupancy(occupancy: pd.DataFrame, title: str | None = None) -> Figure:
     _require(occupancy, ["time_s", "tier", "used_blocks", "capacity_blocks"], "tier occupancy")
     agg = occupancy.groupby(["time_s", "tier"], sort=True)[["used_blocks", "capacity_blocks", "pinned_blocks"]].sum().reset_index()
     agg["used_fraction"] = agg.used_blocks / agg.capacity_blocks.where(agg.capacity_blocks > 0)
-    tiers = [t for t in TIER_ORDER if t in set(agg.tier)] + sorted(set(agg.tier) - set(TIER_ORDER))
+    tiers = [t for t in tier_names() if t in set(agg.tier)] + sorted(set(agg.tier) - set(tier_names()))
     minutes = agg.time_s.max() > 600
     scale, unit = (60.0, "min") if minutes else (1.0, "s")
     with _style():
@@ -358,7 +361,7 @@ def evictions_over_time(evictions: pd.DataFrame, title: str | None = None) -> Fi
     agg = diffs.groupby(["tier", "reason", "time_s"], sort=True).agg(blocks=("evicted_blocks", "sum"),
                                                                      interval_s=("interval_s", "first")).reset_index()
     agg["rate"] = agg.blocks / agg.interval_s
-    tiers = [t for t in TIER_ORDER if t in set(agg.tier)] + sorted(set(agg.tier) - set(TIER_ORDER))
+    tiers = [t for t in tier_names() if t in set(agg.tier)] + sorted(set(agg.tier) - set(tier_names()))
     reasons = [r for r in REASON_ORDER if r in set(agg.reason)] + sorted(set(agg.reason) - set(REASON_ORDER))
     palette = dict(zip(reasons, sns.color_palette("colorblind", len(reasons))))
     minutes = agg.time_s.max() > 600

@@ -35,6 +35,7 @@ import pandas as pd
 from agentsim.yaml_text import safe_load
 from agentsim.errors import InputError
 from agentsim.metrics.catalogue import KEY_METRICS, table_rows
+from agentsim.result_files import read_json_object, read_table
 
 #: Requests of at most this many cells are overlaid in a sweep's latency CDF (legibility).
 MAX_CDF_CELLS = 8
@@ -107,7 +108,7 @@ def runs_table(directory: str | Path) -> pd.DataFrame:
     for cell_dir in sorted((directory / "cells").glob("*")):
         if not cell_dir.is_dir():
             continue
-        info = json.loads((cell_dir / "cell.json").read_text()) if (cell_dir / "cell.json").exists() else {}
+        info = read_json_object(cell_dir / "cell.json", "cell.json") if (cell_dir / "cell.json").exists() else {}
         for run_dir in sorted(cell_dir.glob("seed-*"), key=lambda p: int(p.name.split("-", 1)[1]) if p.name.split("-", 1)[1].isdigit() else 0):
             row = {"cell_id": cell_dir.name, "label": info.get("label", cell_dir.name)}
             for path, value in info.get("assignments", []):
@@ -116,7 +117,7 @@ def runs_table(directory: str | Path) -> pd.DataFrame:
             row["run_dir"] = str(run_dir)
             if (run_dir / "summary.json").exists():
                 row["status"] = "ok"
-                for key, value in _flatten(json.loads((run_dir / "summary.json").read_text())).items():
+                for key, value in _flatten(read_json_object(run_dir / "summary.json", "summary")).items():
                     row.setdefault(key, value)
             else:
                 row["status"] = "error" if (run_dir / "error.json").exists() else "missing"
@@ -127,13 +128,13 @@ def runs_table(directory: str | Path) -> pd.DataFrame:
 def sweep_table(directory: str | Path) -> tuple[pd.DataFrame, list[str]]:
     """(table, axis columns) of a sweep or plan directory; the table has ``run_dir`` per row."""
     directory = Path(directory)
-    manifest = json.loads((directory / "sweep.json").read_text()) if (directory / "sweep.json").exists() else None
+    manifest = read_json_object(directory / "sweep.json", "sweep.json") if (directory / "sweep.json").exists() else None
     table = runs_table(directory)
     axes: list[str] = []
     if manifest:
         axes = list(dict.fromkeys(p for c in manifest.get("cells", []) for p, _v in c.get("assignments", [])))
         if (directory / "results.parquet").exists():
-            results = pd.read_parquet(directory / "results.parquet")
+            results = read_table(directory / "results.parquet")
             # The combined table is authoritative for the sweep's own cells and order; keep run_dir.
             dirs = table[["cell_id", "seed", "run_dir"]] if len(table) else pd.DataFrame(columns=["cell_id", "seed", "run_dir"])
             table = results.merge(dirs, on=["cell_id", "seed"], how="left")
@@ -168,7 +169,7 @@ def load_requests(table: pd.DataFrame, cells: int | None = MAX_CDF_CELLS, first_
         for row in runs.itertuples():
             path = Path(row.run_dir) / "requests.parquet"
             if path.exists():
-                frame = pd.read_parquet(path)
+                frame = read_table(path)
                 frame["label"] = label
                 frame["cell"] = getattr(row, "cell", label)
                 frame["seed"] = row.seed
@@ -234,8 +235,7 @@ def _summary_rows(summary: dict) -> pd.DataFrame:
 class _Builder:
     def __init__(self, out_dir: Path, dpi: int):
         self.out_dir = out_dir
-        self.fig_dir = out_dir / "figures"
-        self.fig_dir.mkdir(parents=True, exist_ok=True)
+        self.fig_dir = out_dir / "figures"  # created with the first figure, after the inputs are read
         self.dpi = dpi
         self.figures: list[FigureEntry] = []
         self.skipped: list[str] = []
@@ -249,6 +249,7 @@ class _Builder:
         except plots.PlotSkipped as exc:
             self.skipped.append(str(exc))
             return
+        self.fig_dir.mkdir(parents=True, exist_ok=True)
         path = self.fig_dir / f"{name}.png"
         plots.save_png(fig, path, dpi=self.dpi)
         entry = FigureEntry(name, title, caption, path)
@@ -374,17 +375,17 @@ def _sweep_report(directory: Path, b: _Builder, kind: str) -> Report:
     metrics = [m for m in KEY_METRICS if m in ok and pd.to_numeric(ok[m], errors="coerce").notna().any()]
     name = directory.name
     if (directory / "sweep.json").exists():
-        name = json.loads((directory / "sweep.json").read_text()).get("name", name)
+        name = read_json_object(directory / "sweep.json", "sweep.json").get("name", name)
     b.raw("<h2>Cells: mean ± 95% CI over seeds</h2>" + html_table(_stats_table(table, metrics), left=1))
     if (directory / "paired.parquet").exists():
-        paired = pd.read_parquet(directory / "paired.parquet")
+        paired = read_table(directory / "paired.parquet")
         if len(paired) and "metric" in paired:
             shown = paired[paired.metric.isin(metrics)]
             if len(shown):
                 b.raw("<details><summary>Paired differences against the baseline cell (same seeds)</summary>"
                       + html_table(shown, left=2) + "</details>")
     if (directory / "plan.json").exists():
-        plan = json.loads((directory / "plan.json").read_text())
+        plan = read_json_object(directory / "plan.json", "plan.json")
         message = plan.get("message") if isinstance(plan, dict) else None
         if message:
             b.raw(f"<h2>Plan</h2><p>{html.escape(str(message))}</p>")

@@ -18,6 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from agentsim.errors import InputError
+from agentsim.result_files import read_json_object, read_table
+from agentsim.run_directory import StagedDirectory, check_out_dir
 
 WALL_CLOCK_KEYS = ("wall_s", "simulated_requests_per_wall_s", "headroom_replay_wall_s")
 RUN_MARKER = "summary.json"
@@ -39,40 +41,46 @@ def summary_json(summary: dict) -> str:
     return json.dumps(_clean(summary), indent=2, sort_keys=False) + "\n"
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def prepare_out_dir(out_dir: Path, force: bool) -> None:
-    """Create ``out_dir``; refuse to overwrite another run's results unless ``force``."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise InputError("exists and is not a directory", str(out_dir))
-    if (out_dir / RUN_MARKER).exists() and not force:
-        raise InputError("already holds a run's results; pass --force to overwrite or choose another --out", str(out_dir))
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create output directory ({exc.strerror})", str(out_dir)) from None
+    """Refuse, before any work, an ``out_dir`` that cannot receive a run's results: a file,
+    another run without ``force``, a directory of other files, an unwritable parent
+    (:func:`agentsim.run_directory.check_out_dir`). Nothing is created."""
+    check_out_dir(out_dir, force)
+    parent = out_dir.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write the output directory ({parent} is not writable)", str(out_dir))
+
+
+def write_run_files(result, directory: str | Path, scenario_yaml: str | None = None) -> Path:
+    """Write summary.json, one Parquet file per table and scenario.resolved.yaml into
+    ``directory`` as it is (a staging directory: see :func:`write_run`)."""
+    from agentsim.config.loader import scenario_to_yaml
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, table in result.tables.items():
+        table.to_parquet(out / f"{name}.parquet", index=False, engine="pyarrow")
+    if result.scenario is not None:
+        text = scenario_yaml if scenario_yaml is not None else scenario_to_yaml(result.scenario)
+        (out / "scenario.resolved.yaml").write_bytes(text.encode())
+    # summary.json last: its presence marks a complete run directory.
+    (out / "summary.json").write_bytes(summary_json(result.summary).encode())
+    return out
 
 
 def write_run(result, out_dir: str | Path, scenario_yaml: str | None = None) -> Path:
-    """Write summary.json, one Parquet file per table and scenario.resolved.yaml into ``out_dir``."""
-    from agentsim.config.loader import scenario_to_yaml
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, table in result.tables.items():
-        tmp = out / f"{name}.parquet.tmp"
-        table.to_parquet(tmp, index=False, engine="pyarrow")
-        os.replace(tmp, out / f"{name}.parquet")
-    if result.scenario is not None:
-        text = scenario_yaml if scenario_yaml is not None else scenario_to_yaml(result.scenario)
-        _atomic_write_bytes(out / "scenario.resolved.yaml", text.encode())
-    # summary.json last: its presence marks a complete run directory.
-    _atomic_write_bytes(out / "summary.json", summary_json(result.summary).encode())
-    return out
+    """Replace ``out_dir`` by a directory holding exactly this run (staged, fsynced and swapped
+    in whole under a lock: :class:`agentsim.run_directory.StagedDirectory`). The caller has
+    refused another run's results (:func:`prepare_out_dir`) before doing the work."""
+    with StagedDirectory(out_dir, force=True) as target:
+        try:
+            write_run_files(result, target.staging, scenario_yaml)
+        except OSError as exc:  # disk full, quota: the staging directory goes, the old one stays
+            raise InputError(f"cannot write results ({exc.strerror or exc}); the previous contents are unchanged",
+                             str(out_dir)) from None
+        return target.commit()
 
 
 def load_run(run_dir: str | Path) -> tuple[dict, dict[str, pd.DataFrame]]:
@@ -81,6 +89,6 @@ def load_run(run_dir: str | Path) -> tuple[dict, dict[str, pd.DataFrame]]:
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():
         raise InputError("no summary.json here: not a run directory", str(run_dir))
-    summary = json.loads(summary_path.read_text())
-    tables = {path.stem: pd.read_parquet(path) for path in sorted(run_dir.glob("*.parquet"))}
+    summary = read_json_object(summary_path, "summary")
+    tables = {path.stem: read_table(path) for path in sorted(run_dir.glob("*.parquet"))}
     return summary, tables

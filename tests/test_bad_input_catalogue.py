@@ -12,7 +12,8 @@ user would) and requires:
   file appeared.
 
 Case ids are the catalogue's names; docs/errors.md lists the same ids, and
-:func:`test_catalogue_is_documented` keeps the two in step.
+:func:`test_catalogue_is_documented` keeps the two in step (with the cases of
+:mod:`tests.test_bad_input_limits`, the catalogue's continuation).
 """
 
 from __future__ import annotations
@@ -167,6 +168,13 @@ _scenario_case("scenario-unknown-router", "router: least_loaded", "router: least
                ["serving.router", "'least_load'"])
 _scenario_case("scenario-retired-router", "router: least_loaded", "router: prefix_affinity",
                ["serving.router", "retired into 'kv_aware'"])
+_scenario_case("scenario-racks-uneven", "instances: 1", "racks: 2",
+               ["hardware.racks", "1 instance does not split evenly between 2 racks"])
+_scenario_case("scenario-unknown-prefill-ahead", "  prefill_chunk_tokens: 4096", "  prefill_ahead: streamd",
+               ["serving.prefill_ahead", "unknown prefill-ahead mechanism 'streamd'", "did you mean 'streamed'"])
+_scenario_case("tier-shared-local", "dram: {capacity_bytes: 20GB, eviction: lru, write_policy: write_back}",
+               "dram: {capacity_bytes: 20GB, eviction: lru, write_policy: write_back, shared: true}",
+               ["cache.tiers.dram.shared", "shared applies to the remote tier only, not dram"])
 _scenario_case("scenario-unknown-load-rule", "load_rule: cost_model", "load_rule: cheapest",
                ["cache.tiers.load_rule", "'cheapest'"])
 _scenario_case("scenario-unknown-distribution", "human_gap_s: {dist: exponential, mean: 30}",
@@ -483,4 +491,6 @@ def test_catalogue_is_documented():
     """docs/errors.md lists every case id (and no id that is not a case)."""
     text = (ROOT / "docs" / "errors.md").read_text()
     documented = set(re.findall(r"^\| `([a-z0-9-]+)` \|", text, flags=re.M))
-    assert documented == {c.id for c in CASES}
+    from tests.test_bad_input_limits import CASES as LIMIT_CASES  # the catalogue's continuation
+
+    assert documented == {c.id for c in CASES + LIMIT_CASES}

@@ -94,7 +94,7 @@ BASE = (ROOT / "scenarios" / "coding-agents.yaml").read_text()
     (lambda t: "", ["file is empty"]),
     # Cross-field checks name the field they blame (agentsim.errors.FieldError), with its line.
     (lambda t: t.replace("keep_tokens: 30000", "keep_tokens: 200000"),
-     ["line 46: workload.agent_classes.coding.compaction.keep_tokens:", "smaller than trigger_tokens"]),
+     ["line 54: workload.agent_classes.coding.compaction.keep_tokens:", "smaller than trigger_tokens"]),
     (lambda t: t.replace("kind: population", "kind: poisson"),
      ["workload.agent_classes.coding.arrival.rate_per_s:", "needs rate_per_s"]),
 ])

@@ -42,7 +42,6 @@ def test_default_router_is_kv_aware():
     assert load_scenario(SCENARIO).serving.router == "kv_aware"
 
 
-@pytest.mark.xfail(strict=True, reason="with the roofline's per-step cost, 2 instances give a 29% higher p99 TTFT than 1 (0.79 s vs 0.61 s)")
 def test_adding_instances_keeps_hit_ratio_and_tail_ttft(default_router_runs):
     runs = default_router_runs
     for fewer, more in ((1, 2), (2, 4)):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
+from agentsim.config.distributions import support
 from agentsim.workload.distributions import DistributionSpec, build
 
 SPEC = TypeAdapter(DistributionSpec)
@@ -73,7 +74,27 @@ def test_mixture_picks_the_components_numpy_choice_picks():
     assert np.allclose(counts, [0.3, 0.5, 0.2], atol=0.04)
 
 
-@pytest.mark.parametrize("value", [0.5, 1.5, 2.5, -2.5, 2.4999999999999996, 2.0**52 + 1.0, float("inf"), float("nan")])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+@pytest.mark.parametrize("key", ["value", "min", "max"])
+def test_non_finite_parameters_are_refused(value, key):
+    """Infinity or NaN in a spec would run silently (a NaN bound clips nothing): refused."""
+    spec = {"dist": "constant", "value": 3.0, key: value}
+    with pytest.raises(ValidationError, match="finite number"):
+        TypeAdapter(DistributionSpec).validate_python(spec)
+
+
+@pytest.mark.parametrize("spec, low", [
+    ({"dist": "lognormal", "median": 5, "sigma": 1, "loc": -1e5}, -1e5),
+    ({"dist": "lognormal", "median": 5, "sigma": 1, "loc": -1e5, "min": 0}, 0.0),
+    ({"dist": "pareto", "shape": 2, "scale": 3, "loc": 1}, 4.0),
+    ({"dist": "mixture", "components": [{"weight": 1, "spec": -2}, {"weight": 1, "spec": {"dist": "uniform", "low": 1, "high": 9}}]}, -2.0),
+    ({"dist": "empirical", "values": [4, -3, 7], "max": -5}, -5.0),
+])
+def test_support_is_the_lowest_possible_sample(spec, low):
+    assert support(TypeAdapter(DistributionSpec).validate_python(spec))[0] == low
+
+
+@pytest.mark.parametrize("value", [0.5, 1.5, 2.5, -2.5, 2.4999999999999996, 2.0**52 + 1.0])
 def test_rounding_a_single_draw_is_rint_half_to_even(value):
     """The scalar path rounds with round(); it must give np.rint's value, ties to even."""
     sampler = build(TypeAdapter(DistributionSpec).validate_python({"dist": "constant", "value": value, "round": True}))

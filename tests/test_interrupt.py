@@ -45,7 +45,7 @@ def test_signal_during_run_writes_finished_requests_marked_incomplete(small_scen
                       "--set", "workload.agent_classes.coding.arrival.concurrent=16"])
     try:
         _wait_for_line(process, "Ctrl-C stops")
-        time.sleep(1.5)  # let some requests finish
+        time.sleep(4.0)  # let some requests finish (a loaded machine gives the run little CPU)
         os.kill(process.pid, sig)
         stdout, stderr = process.communicate(timeout=120)
     finally:

@@ -1,6 +1,7 @@
 """Hypothesis invariants of the cache (random request streams) and of whole simulations."""
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agentsim.cache.policies import EVICTION_POLICIES
@@ -50,13 +51,28 @@ def _path(node):
         node = node.parent
 
 
-def _scenario(seed, capacity_gb, concurrent, policy="lru"):
+#: (KV admission rule, preemption, lower tiers) the whole-simulation invariants are checked with.
+KV_RULES = {
+    "reserve_full": ("reserve_full", "recompute", None),
+    "vllm_recompute": ("vllm", "recompute", None),
+    "vllm_swap_dram": ("vllm", "swap", {"dram": {"capacity_bytes": "4GB"}}),
+    "sglang": ("sglang", "recompute", None),
+    "trtllm": ("trtllm", "recompute", None),
+}
+
+
+def _scenario(seed, capacity_gb, concurrent, policy="lru", kv_rule="vllm_recompute"):
+    kv_admission, preemption, tiers = KV_RULES[kv_rule]
+    cache = {"block_tokens": 64, "eviction": policy}
+    if tiers is not None:
+        cache["tiers"] = tiers
     return scenario_from_dict({
         "name": "prop", "seed": seed, "duration_s": 90,
         "hardware": {"profile": "gb300_nvl72", "kv_capacity_bytes": f"{capacity_gb}GB"},
         "model": {"profile": "deepseek_v3"},
-        "cache": {"block_tokens": 64, "eviction": policy},
-        "serving": {"max_batch_requests": 8, "prefill_chunk_tokens": 2048},
+        "cache": cache,
+        "serving": {"max_batch_requests": 8, "prefill_chunk_tokens": 2048,
+                    "kv_admission": kv_admission, "preemption": preemption},
         "run": {"check_invariants": True},
         "workload": {"global_system_prompt_tokens": 500, "agent_classes": {"a": {
             "arrival": {"kind": "population", "concurrent": concurrent, "ramp_s": 5},
@@ -71,11 +87,15 @@ def _scenario(seed, capacity_gb, concurrent, policy="lru"):
     })
 
 
+@pytest.mark.parametrize("kv_rule", sorted(KV_RULES))
 @settings(max_examples=8, deadline=None)
 @given(st.integers(0, 10_000), st.sampled_from([1, 2, 8]), st.integers(2, 10))
-def test_simulation_conserves_tokens_and_respects_capacity(seed, capacity_gb, concurrent):
+# A request preempted mid-prefill once resumed as if its computed tokens were its whole prompt
+# and committed more blocks than it held at completion.
+@example(seed=252, capacity_gb=1, concurrent=7)
+def test_simulation_conserves_tokens_and_respects_capacity(kv_rule, seed, capacity_gb, concurrent):
     # check_invariants=True makes every iteration verify capacity, pins and accounting.
-    result = run_scenario(_scenario(seed, capacity_gb, concurrent))
+    result = run_scenario(_scenario(seed, capacity_gb, concurrent, kv_rule=kv_rule))
     requests = result.tables["requests"]
     done = requests[~requests.rejected]
     assert (done.hit_tokens + done.recomputed_tokens == done.prompt_tokens).all()

@@ -49,7 +49,8 @@ class LLMRequest:
     preemptions: int = 0
     swap_preemptions: int = 0
     preempted_recompute_tokens: int = 0
-    resume_tokens: int = 0          # KV tokens (prompt + output so far) it had when last preempted
+    resume_tokens: int = 0          # tokens it needs before its next output token, when last preempted
+    resume_computed_tokens: int = 0  # of those, the tokens whose KV it had computed then
     resume_output_left: int = -1    # output tokens still to produce then; -1: never preempted
     # Time in the waiting queue by cause (seconds; they sum to the time it spent waiting):
     # no batch slot, no KV memory, held by its own prefetch or return prefetch, the iteration
@@ -60,3 +61,21 @@ class LLMRequest:
     queue_step_s: float = 0.0
     queue_chunk_s: float = float("nan")
     queue_mark: tuple = ()          # the instance's cumulative cause clocks when it (re)entered the queue
+    # Disaggregated serving (agentsim.cluster.serving.disaggregation): the prefill worker that
+    # computed the prompt (-1: aggregated serving), its first token, the decode worker's own
+    # cached prefix, and the KV hand-off (bytes, time on the links, wait for a decode slot).
+    prefill_worker: int = -1
+    prefill_done_s: float = float("nan")
+    prefill_hit_tokens: int = 0
+    prefill_computed_tokens: int = 0
+    decode_hit_tokens: int = 0
+    kv_transfer_bytes: float = 0.0
+    kv_transfer_s: float = float("nan")
+    decode_queue_s: float = float("nan")
+    # Prefill-ahead (agentsim.engine.prefill_ahead): a background prefill of a tool gap's context,
+    # admitted behind live requests and never recorded as a call; with ``keep_pin`` its committed
+    # path stays pinned (``held_node``) for the mechanism to release.
+    background: bool = False
+    keep_pin: bool = False
+    held_node: object = None
+    prefill_gap: object = None

@@ -1,4 +1,4 @@
-"""``agentsim policies``: registered eviction policies and routers, with their parameters."""
+"""``agentsim policies``: registered eviction policies, routers and prefill-ahead mechanisms, with their parameters."""
 
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ def register(app: typer.Typer) -> None:
 
         from agentsim.cache.policies import EVICTION_POLICIES
         from agentsim.cluster.routers import ROUTERS
+        from agentsim.engine.prefill_ahead import PREFILL_AHEAD
         from agentsim.registry import describe_params
 
         rows = []
-        for registry in (EVICTION_POLICIES, ROUTERS):
+        for registry in (EVICTION_POLICIES, ROUTERS, PREFILL_AHEAD):
             for name in registry.names():
                 cls = registry.get(name)
                 doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
@@ -30,7 +31,8 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
-        for kind, title in ((EVICTION_POLICIES.kind, "eviction policies"), (ROUTERS.kind, "routers")):
+        for kind, title in ((EVICTION_POLICIES.kind, "eviction policies"), (ROUTERS.kind, "routers"),
+                            (PREFILL_AHEAD.kind, "prefill-ahead mechanisms")):
             table = Table(title=title, header_style="bold")
             table.add_column("name")
             table.add_column("description")

@@ -48,29 +48,38 @@ def register(app: typer.Typer) -> None:
         set_: Optional[list[str]] = typer.Option(None, "--set", help="override a field: PATH=VALUE (repeatable)"),
         seed: Optional[int] = typer.Option(None, "--seed", min=0, help="override the scenario's seed"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar and no summary table"),
-        force: bool = typer.Option(False, "--force", help="overwrite results already in --out"),
+        force: bool = typer.Option(False, "--force", help="replace the results already in --out (the whole directory)"),
         check_invariants: bool = typer.Option(False, "--check-invariants", help="verify cache invariants after every event (slow)"),
     ) -> None:
         """Simulate a scenario; write summary.json, requests.parquet and scenario.resolved.yaml."""
         from agentsim.engine.loading import load_scenario
         from agentsim.engine.simulation import StopRequest, run_scenario
-        from agentsim.results import prepare_out_dir, write_run
+        from agentsim.errors import InputError
+        from agentsim.results import write_run_files
+        from agentsim.run_directory import StagedDirectory
 
         overrides = list(set_ or [])
         if check_invariants:
             overrides.append("run.check_invariants=true")
         scenario = load_scenario(scenario_file, overrides, seed)
         out_dir = out or Path("runs") / scenario.name
-        prepare_out_dir(out_dir, force)
         stop = StopRequest()
-        with stop_on_signals(stop) as caught:
-            if not quiet:
-                sys.stderr.write(f"simulating {scenario.name}: {scenario.duration_s:g} simulated s "
-                                 "(Ctrl-C stops and keeps the requests finished so far)\n")
-                sys.stderr.flush()
-            with simulated_time_progress(not quiet) as progress:
-                result = run_scenario(scenario, progress=progress, stop=stop)
-        write_run(result, out_dir)
+        # --out is checked, locked and staged before the simulation: a read-only or busy
+        # directory is found at once, and the results replace it whole (run_directory).
+        with StagedDirectory(out_dir, force) as target:
+            with stop_on_signals(stop) as caught:
+                if not quiet:
+                    sys.stderr.write(f"simulating {scenario.name}: {scenario.duration_s:g} simulated s "
+                                     "(Ctrl-C stops and keeps the requests finished so far)\n")
+                    sys.stderr.flush()
+                with simulated_time_progress(not quiet) as progress:
+                    result = run_scenario(scenario, progress=progress, stop=stop)
+            try:
+                write_run_files(result, target.staging)
+            except OSError as exc:  # disk full, quota: the staging directory goes, --out stays as it was
+                raise InputError(f"cannot write results ({exc.strerror or exc}); the previous contents are unchanged",
+                                 str(out_dir)) from None
+            target.commit()
         if not quiet:
             console.print(summary_table(result.summary, title=f"{scenario.name} (seed {scenario.seed})"))
             console.print(f"results written to {out_dir}/")

@@ -17,8 +17,11 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Parameters and clip bounds must be finite: `mean: .inf` or `min: .nan` silently breaks
+    # every draw (NaN compares false, so a NaN bound clips nothing).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     min: float | None = Field(None, description="clip samples below this value")
     max: float | None = Field(None, description="clip samples above this value")
     round: bool = Field(False, description="round samples to integers")
@@ -98,7 +101,7 @@ class Empirical(_Spec):
 
 
 class MixtureComponent(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     weight: float = Field(gt=0)
     spec: "DistributionSpec"
 
@@ -140,3 +143,41 @@ from pydantic import BeforeValidator  # noqa: E402
 DistributionSpec = Annotated[_Families, BeforeValidator(_coerce), Field(discriminator="dist")]
 MixtureComponent.model_rebuild()
 Mixture.model_rebuild()
+
+
+def support(spec: _Spec) -> tuple[float, float]:
+    """The smallest and largest value a sample of ``spec`` can take, after ``min``/``max``
+    clipping (before rounding). Unbounded sides are infinite."""
+    if isinstance(spec, Constant):
+        low, high = spec.value, spec.value
+    elif isinstance(spec, Uniform):
+        low, high = spec.low, spec.high
+    elif isinstance(spec, Empirical):
+        low, high = min(spec.values), max(spec.values)
+    elif isinstance(spec, Mixture):
+        parts = [support(component.spec) for component in spec.components]
+        low, high = min(p[0] for p in parts), max(p[1] for p in parts)
+    elif isinstance(spec, Pareto):
+        low, high = spec.loc + spec.scale, float("inf")
+    elif isinstance(spec, (Exponential, LogNormal, Gamma, Weibull, LogLogistic)):
+        low, high = spec.loc, float("inf")
+    else:  # an unresolved fit reference: nothing known yet
+        low, high = float("-inf"), float("inf")
+    if spec.min is not None:
+        low, high = max(low, spec.min), max(high, spec.min)
+    if spec.max is not None:
+        low, high = min(low, spec.max), min(high, spec.max)
+    return low, high
+
+
+def require_support_at_least(spec: _Spec, lowest: float, what: str) -> _Spec:
+    """``spec`` unchanged if no sample can fall below ``lowest``; ValueError otherwise.
+
+    A negative gap or length is not a thing the workload can have; the engine used to clip such
+    draws silently, so ``loc: -1e5`` ran as a distribution concentrated at zero."""
+    low, _ = support(spec)
+    if low < lowest:
+        shown = "unbounded below" if low == float("-inf") else f"can be as low as {low:g}"
+        raise ValueError(f"{what} must be >= {lowest:g}, but samples {shown} "
+                         f"(fix the parameters or add min: {lowest:g})")
+    return spec

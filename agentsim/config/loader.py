@@ -24,46 +24,39 @@ from agentsim.config.resolve import resolve_fit_references, resolve_profiles
 from agentsim.config.scenario import Scenario
 from agentsim.config.yaml_paths import Path_, format_path, locate
 from agentsim.errors import FieldError, InputError, closest_name, did_you_mean
-from agentsim.yaml_text import compose, safe_load
+from agentsim.input_files import read_input_text
+from agentsim.yaml_text import load_document, safe_load
 
-def _compose_lines(text: str) -> dict[Path_, int]:
-    """Map YAML paths to 1-based line numbers by walking the composed node graph."""
+
+def _line_map(root: yaml.Node | None) -> dict[Path_, int]:
+    """Map YAML paths to 1-based line numbers by walking the composed node graph (iteratively:
+    a deep document must not hit the recursion limit)."""
     lines: dict[Path_, int] = {}
-    try:
-        root = compose(text)
-    except yaml.YAMLError:
-        return lines
-
-    def walk(node, path: Path_):
+    stack: list[tuple[yaml.Node, Path_]] = [(root, ())] if root is not None else []
+    while stack:
+        node, path = stack.pop()
         lines.setdefault(path, node.start_mark.line + 1)
         if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
+            for key_node, value_node in reversed(node.value):
                 key = key_node.value
-                lines[path + (key,)] = key_node.start_mark.line + 1
-                walk(value_node, path + (key,))
+                lines.setdefault(path + (key,), key_node.start_mark.line + 1)
+                stack.append((value_node, path + (key,)))
         elif isinstance(node, yaml.SequenceNode):
-            for index, item in enumerate(node.value):
-                lines[path + (index,)] = item.start_mark.line + 1
-                walk(item, path + (index,))
-
-    if root is not None:
-        walk(root, ())
+            for index, item in reversed(list(enumerate(node.value))):
+                lines.setdefault(path + (index,), item.start_mark.line + 1)
+                stack.append((item, path + (index,)))
     return lines
 
 
 def read_yaml(path: Path) -> tuple[Any, dict[Path_, int]]:
-    """Parse a YAML file; return the data and the line map. Raises InputError on any problem."""
+    """Parse a YAML file; return the data and the line map. Raises InputError on any problem.
+
+    The file must be a regular file within the input budget (:mod:`agentsim.input_files`) and
+    its document within the node budget (:func:`agentsim.yaml_text.load_document`)."""
     source = str(path)
-    if not path.exists():
-        raise InputError("file not found", source)
-    if path.is_dir():
-        raise InputError("is a directory, expected a YAML file", source)
+    text = read_input_text(path, "YAML file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read file ({exc.__class__.__name__}: {exc})", source) from None
-    try:
-        data = safe_load(text)
+        data, root = load_document(text, source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
@@ -71,24 +64,30 @@ def read_yaml(path: Path) -> tuple[Any, dict[Path_, int]]:
         raise InputError(f"YAML syntax error: {problem}", source, where) from None
     if data is None:
         raise InputError("file is empty", source)
-    _reject_duplicate_keys(text, source)
-    return data, _compose_lines(text)
+    _reject_bad_keys(root, source)
+    return data, _line_map(root)
 
 
-def _reject_duplicate_keys(text: str, source: str) -> None:
+def _reject_bad_keys(root: yaml.Node | None, source: str) -> None:
     """PyYAML keeps the last of two equal keys silently; a scenario that says a thing twice is
-    ambiguous, so name the second occurrence instead."""
-    try:
-        root = compose(text)
-    except yaml.YAMLError:
-        return
+    ambiguous, so name the second occurrence instead. A key that is not a plain string (``~``,
+    ``null``, a number, a list) names no field: name its line."""
     stack: list[tuple[yaml.Node, Path_]] = [(root, ())] if root is not None else []
+    visited: set[int] = set()
     while stack:
         node, path = stack.pop()
+        if id(node) in visited:  # an aliased node: checked once
+            continue
+        visited.add(id(node))
         if isinstance(node, yaml.MappingNode):
             seen: dict = {}
             for key_node, value_node in node.value:
                 key = key_node.value
+                where = f"line {key_node.start_mark.line + 1}: {format_path(path)}"
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
+                    if not (isinstance(key_node, yaml.ScalarNode) and key_node.tag == "tag:yaml.org,2002:merge"):
+                        shown = key if isinstance(key_node, yaml.ScalarNode) else "a " + type(key_node).__name__[:-4].lower()
+                        raise InputError(f"a key must be a name, got {shown!r} (quote it to use it as text)", source, where)
                 if isinstance(key_node, yaml.ScalarNode) and key in seen:
                     raise InputError(f"duplicate key {key!r} (first at line {seen[key]})", source,
                                      f"line {key_node.start_mark.line + 1}: {format_path(path + (key,))}")

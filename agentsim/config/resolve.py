@@ -14,9 +14,10 @@ from typing import Any, Callable
 
 import yaml
 
-from agentsim.yaml_text import safe_load
+from agentsim.yaml_text import load_document
 from agentsim.config.yaml_paths import locate
 from agentsim.errors import InputError, did_you_mean
+from agentsim.input_files import read_input_text
 
 _SECTIONS = {"hardware": "hardware", "model": "models"}
 
@@ -62,7 +63,10 @@ def load_fit_file(path: Path, source: str, location: str) -> dict:
     if not path.exists():
         raise InputError(f"fit file {str(path)!r} not found", source, location)
     try:
-        data = safe_load(path.read_text())
+        text = read_input_text(path, "fit file")
+        data, _ = load_document(text, str(path))
+    except InputError as exc:  # blame the reference, say what is wrong with the file
+        raise InputError(f"fit file {str(path)!r}: {exc.message}", source, location) from None
     except yaml.YAMLError as exc:
         raise InputError(f"fit file {str(path)!r} is not valid YAML ({exc.__class__.__name__})", source, location) from None
     if not isinstance(data, dict) or not isinstance(data.get("quantities"), dict):

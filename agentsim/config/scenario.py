@@ -8,17 +8,21 @@ holds plain SI numbers and says its unit in its name.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agentsim.config.limits import Limits, check_limits
 from agentsim.config.units import Bytes, BytesPerSecond, Count, FlopsPerSecond, Seconds
 from agentsim.errors import FieldError, did_you_mean
-from agentsim.config.distributions import DistributionSpec
+from agentsim.config.distributions import DistributionSpec, require_support_at_least
+from agentsim.config.disaggregation import DisaggregationConfig, check_pools
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # Infinity and NaN are never a valid setting (`rate_per_s: .inf` would hang the run,
+    # `min: .nan` compares false with everything): every float field must be finite.
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class HardwareConfig(Strict):
@@ -28,7 +32,9 @@ class HardwareConfig(Strict):
     system: str | None = Field(None, description="GPU system in the measured-timing databases (h100_sxm, h200_sxm, b200_sxm, "
                                                  "b300_sxm, gb200, gb300); absent: roofline timing")
     gpus_per_instance: int = Field(4, gt=0, description="GPUs in one serving instance (tensor/expert parallel group)")
-    instances: int = Field(1, gt=0, description="serving instances in the cluster")
+    instances: int = Field(1, gt=0, description="serving instances in the cluster (all racks together)")
+    racks: int = Field(1, gt=0, description="racks, each one NVLink domain, joined by the scale-out network (each GPU's NIC); "
+                                            "the instances are split evenly between them and numbered rack by rack")
     hbm_bytes_per_gpu: Bytes = Field(279e9, gt=0, description="usable HBM per GPU")
     hbm_bandwidth_bytes_per_s: BytesPerSecond = Field(8e12, gt=0, description="HBM bandwidth per GPU")
     dense_flops_per_gpu: FlopsPerSecond = Field(5e15, gt=0, description="dense FP8 tensor FLOP/s per GPU")
@@ -56,6 +62,20 @@ class HardwareConfig(Strict):
     nvme_latency_s: Seconds = Field(80e-6, ge=0, description="NVMe read latency per transfer")
     nic_bytes_per_s: BytesPerSecond = Field(100e9, gt=0, description="scale-out NIC bandwidth per GPU per direction")
     rdma_latency_s: Seconds = Field(5e-6, ge=0, description="network (RDMA) latency per transfer")
+
+    @model_validator(mode="after")
+    def _racks_split_instances(self):
+        # A rack is one NVLink domain: its instances must divide evenly and fit in the domain.
+        if self.racks > 1:
+            if self.instances % self.racks:
+                noun = "instance does" if self.instances == 1 else "instances do"
+                raise FieldError(("racks",), f"{self.instances} {noun} not split evenly between {self.racks} racks")
+            rack_gpus = self.instances // self.racks * self.gpus_per_instance
+            if rack_gpus > self.nvlink_domain_gpus:
+                raise FieldError(("racks",), f"each of the {self.racks} racks would hold {rack_gpus} GPUs "
+                                             f"({self.instances // self.racks} instances x {self.gpus_per_instance}), more "
+                                             f"than its NVLink domain of {self.nvlink_domain_gpus} GPUs")
+        return self
 
 
 class ModelConfig(Strict):
@@ -107,7 +127,7 @@ class TierConfig(Strict):
     """
 
     enabled: bool = Field(True, description="set false to remove this tier (same scenario otherwise)")
-    capacity_bytes: Bytes | None = Field(None, gt=0, description="capacity per serving instance; default from the hardware (DRAM and NVMe share per instance)")
+    capacity_bytes: Bytes | None = Field(None, gt=0, description="capacity per serving instance (a shared remote store: the whole store); default from the hardware (DRAM and NVMe share per instance)")
     capacity_fraction: float = Field(0.8, gt=0, le=1, description="share of the hardware's DRAM/NVMe used for KV when capacity_bytes is absent")
     eviction: PolicyRef = Field(default_factory=PolicyRef, description="this tier's eviction policy (any registered policy)")
     write_policy: Literal["write_through", "write_through_selective", "write_back"] = "write_back"
@@ -115,6 +135,9 @@ class TierConfig(Strict):
     inclusive: bool = Field(True, description="keep this tier's copy when a block is loaded up (false: exclusive)")
     bandwidth_bytes_per_s: BytesPerSecond | None = Field(None, gt=0, description="remote store: aggregate bandwidth of the shared store")
     latency_s: Seconds | None = Field(None, ge=0, description="remote store: per-transfer latency")
+    shared: bool = Field(False, description="remote store: one store every instance reads (Mooncake Store / LMCache remote "
+                                            "style); capacity_bytes is then the whole store, split evenly into each instance's "
+                                            "share of what it writes, and any instance hits any share over the network")
 
     @model_validator(mode="after")
     def _exclusive_is_write_back(self):
@@ -148,7 +171,7 @@ class LinkOverride(BaseModel):
     (NVLink ingress, per instance). The bandwidth is the link's total as built (per instance,
     per tray or shared, as listed)."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, populate_by_name=True, allow_inf_nan=False)
 
     from_tier: str = Field(alias="from", description="tier the data leaves (hbm, peer_hbm, dram, disk, remote)")
     to_tier: str = Field(alias="to", description="tier the data enters")
@@ -174,7 +197,8 @@ class TiersConfig(Strict):
     dram: TierConfig | None = Field(None, description="host DRAM tier (Grace LPDDR), reached over NVLink-C2C")
     disk: TierConfig | None = Field(None, description="local NVMe tier, shared by the instances of a tray")
     remote: TierConfig | None = Field(None, description="remote store over the network (shared bandwidth)")
-    peer_hbm: bool = Field(False, description="load prefixes held in HBM of another instance of the same NVLink domain")
+    peer_hbm: bool = Field(False, description="load prefixes held in HBM of another instance: over NVLink inside its "
+                                                   "NVLink domain, over both instances' NICs (the scale-out network) across racks")
     load_rule: PolicyRef = Field(default_factory=lambda: PolicyRef(name="cost_model"),
                                  description="how to choose load vs recompute for hits below HBM: cost_model, always_load, never_load")
     overlap_layers: bool = Field(False, description="overlap loads layer by layer with the request's prefill")
@@ -268,6 +292,9 @@ class ServingConfig(Strict):
                         "session_affinity, least_loaded, round_robin (see `agentsim policies`, docs/routing.md)")
     router_params: dict[str, Any] = Field(default_factory=dict, description="the router's parameters (its Params; see `agentsim policies`)")
     sticky_sessions: bool = Field(False, description="send every call of a session to the instance that served its first call")
+    prefill_ahead: PolicyRef = Field(default_factory=lambda: PolicyRef(name="none"),
+                                     description="prefill a session's tool output during the tool gap, ahead of its next call: "
+                                                 "none, or streamed with params chunks, pin, min_tokens (docs/prefill-ahead.md)")
     # --- engine-style KV admission (agentsim.cluster.serving.kv_admission) -----------------------
     kv_admission: Literal["vllm", "sglang", "trtllm", "reserve_full"] | None = Field(
         None, description="KV admission rule; default: the engine's (reserve_full: every prompt and output block reserved at admission, never preempted)")
@@ -277,6 +304,12 @@ class ServingConfig(Strict):
     new_token_ratio_decay: float = Field(0.001, ge=0, description="sglang rule: decay of the share per decode step")
     max_num_seqs: int | None = Field(None, gt=0, description="engine name for max_batch_requests (overrides it when set)")
     max_num_batched_tokens: int | None = Field(None, gt=0, description="engine name for prefill_chunk_tokens (overrides it when set)")
+    disaggregation: DisaggregationConfig | None = Field(
+        None, description="separate prefill and decode pools, KV handed over on the topology's links (absent: aggregated)")
+    long_prefill_token_threshold: int | None = Field(
+        None, gt=0, description="most tokens one prefilling request takes of an iteration's budget while another request "
+                                "is prefilling too, so a short prompt is not held behind a long cold one (vLLM's "
+                                "long_prefill_token_threshold with partial prefills); absent: chunks first come first served")
 
     @model_validator(mode="after")
     def _ratios(self):
@@ -286,11 +319,8 @@ class ServingConfig(Strict):
         return self
 
     def kv_admission_rule(self) -> str:
-        """The KV admission rule in force: ``kv_admission``, else ``reserve_full``.
-
-        The engines' own rules are opt-in until the vllm rule's growth accounting passes the
-        capacity-invariant property test (it can commit more blocks than it reserved)."""
-        return self.kv_admission or "reserve_full"
+        """The KV admission rule in force: ``kv_admission``, else the engine's own."""
+        return self.kv_admission or self.engine
 
     def batch_requests(self) -> int:
         """Most requests in one batch (``max_num_seqs`` over ``max_batch_requests``)."""
@@ -327,13 +357,34 @@ class Arrival(Strict):
                 raise ValueError("diurnal multipliers must be >= 0 and not all zero")
         return value
 
+    #: Keys that only one arrival kind reads: given to the other kind they would be ignored.
+    KIND_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {"poisson": ("rate_per_s", "diurnal", "bursts"),
+                 "population": ("concurrent", "ramp_s", "restart_delay_s")}
+
     @model_validator(mode="after")
     def _check_kind(self):
         if self.kind == "poisson" and self.rate_per_s is None:
             raise FieldError(("rate_per_s",), "a poisson arrival needs rate_per_s")
         if self.kind == "population" and self.concurrent is None:
             raise FieldError(("concurrent",), "a population arrival needs concurrent")
+        for kind, keys in self.KIND_KEYS.items():
+            if kind == self.kind:
+                continue
+            for key in keys:
+                # A value other than the default: a resolved scenario (a sweep cell, a
+                # scenario.resolved.yaml) spells every key out with its default.
+                field = type(self).model_fields[key]
+                if getattr(self, key) != field.get_default(call_default_factory=True):
+                    raise FieldError((key,), f"{key} belongs to a {kind} arrival, and this one is kind {self.kind} "
+                                             f"(it would be ignored); remove it or set kind: {kind}")
         return self
+
+    def peak_rate_per_s(self) -> float:
+        """Poisson: an upper bound of the session start rate (diurnal peak times every burst)."""
+        peak = (self.rate_per_s or 0.0) * (max(self.diurnal) if self.diurnal else 1.0)
+        for burst in self.bursts:
+            peak *= max(1.0, burst.multiplier)
+        return peak
 
 
 class Burst(Strict):
@@ -355,6 +406,11 @@ class SubAgents(Strict):
     system_tokens: int = Field(0, ge=0, description="the sub-agents' own system/tools prompt, after the parent's prefix (shared by siblings)")
     task_tokens: DistributionSpec = Field(default=2000, description="tokens of the sub-agent's own task appended to the shared prefix")
     result_tokens: DistributionSpec = Field(default=1000, description="tokens the parent appends when it joins a sub-agent")
+
+    @field_validator("fanout", "calls", "task_tokens", "result_tokens")
+    @classmethod
+    def _non_negative(cls, spec, info):
+        return require_support_at_least(spec, 0, info.field_name)
 
 
 class Compaction(Strict):
@@ -381,6 +437,11 @@ class Edits(Strict):
     min_depth_fraction: float = Field(0.3, ge=0, le=1)
     dropped_tokens: DistributionSpec = Field(default=2000)
 
+    @field_validator("dropped_tokens")
+    @classmethod
+    def _non_negative(cls, spec, info):
+        return require_support_at_least(spec, 0, info.field_name)
+
 
 class AgentClass(Strict):
     """One kind of agent (coding agent, chat user, batch tool agent ...)."""
@@ -398,6 +459,13 @@ class AgentClass(Strict):
     subagents: SubAgents = Field(default_factory=SubAgents)
     compaction: Compaction | None = None
     edits: Edits | None = None
+
+    @field_validator("initial_context_tokens", "calls_per_session", "tool_gap_s", "human_gap_s",
+                     "appended_tokens", "output_tokens")
+    @classmethod
+    def _non_negative(cls, spec, info):
+        # Gaps and token counts cannot be negative (calls and outputs below one are drawn as one).
+        return require_support_at_least(spec, 0, info.field_name)
 
 
 class WorkloadConfig(Strict):
@@ -439,6 +507,7 @@ class Scenario(Strict):
     workload: WorkloadConfig
     slo: SloConfig = Field(default_factory=SloConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+    limits: Limits = Field(default_factory=Limits, description="size limits checked before the run allocates anything")
 
     @field_validator("name")
     @classmethod
@@ -446,6 +515,12 @@ class Scenario(Strict):
         if not value.strip():
             raise ValueError("name must not be empty")
         return value
+
+    @model_validator(mode="after")
+    def _within_limits(self):
+        """The size limits (:mod:`agentsim.config.limits`), before anything is sized from them."""
+        check_limits(self)
+        return self
 
     @model_validator(mode="after")
     def _cross_checks(self):
@@ -461,7 +536,7 @@ class Scenario(Strict):
                 )
         elif self.hardware.kv_capacity_bytes > hbm_total:
             raise FieldError(("hardware", "kv_capacity_bytes"),
-                f"{self.hardware.kv_capacity_bytes / 1e9:.0f} GB of KV exceeds the instance's HBM ({hbm_total / 1e9:.0f} GB)"
+                f"{self.hardware.kv_capacity_bytes / 1e9:.4g} GB of KV exceeds the instance's HBM ({hbm_total / 1e9:.0f} GB)"
             )
         par = self.serving.parallelism
         gpus = self.hardware.gpus_per_instance
@@ -471,6 +546,8 @@ class Scenario(Strict):
         if par.tp is None and gpus % (par.pp * par.attention_dp):
             raise FieldError(("serving", "parallelism", "pp"),
                              f"pp {par.pp} x attention_dp {par.attention_dp} must divide hardware.gpus_per_instance ({gpus})")
+        if self.serving.disaggregation is not None:
+            check_pools(self)
         block_bytes = self.cache.block_tokens * self.model.kv_bytes_per_token
         if self.kv_capacity_bytes_per_instance() < block_bytes:
             blamed = ("hardware", "kv_capacity_bytes") if self.hardware.kv_capacity_bytes is not None else ("cache", "block_tokens")

@@ -91,6 +91,8 @@ class AgentDriver:
         self._session_index = [0] * len(self.classes)
 
     on_idle: Callable[[], None] | None = None
+    #: Prefill-ahead of tool output during tool gaps (:mod:`agentsim.engine.prefill_ahead`), or None.
+    prefill_ahead = None
     #: ``on_resume(agent_id, request)``: the tool or human pause that followed ``request`` is over
     #: (the engine releases the agent's TTL-pin there: policy ``on_tool_end``).
     on_resume: Callable[[int, LLMRequest], None] | None = None
@@ -166,8 +168,12 @@ class AgentDriver:
         gap_s, gap_kind = float("nan"), "first"
         last_instance = -1
         mutations = 0
+        ahead = self.prefill_ahead
+        gap = None   # the prefill-ahead gap just waited out, told below whether the call came
         for call_index in range(n_calls):
             if call_index > 0 and env.now >= self.end_s:
+                if gap is not None:
+                    ahead.outcome(gap, called=False)
                 return
             if spec.compaction is not None and stream.tokens > spec.compaction.trigger_tokens:
                 self.counters.compactions += 1
@@ -177,7 +183,12 @@ class AgentDriver:
                 mutations += 1
             if stream.tokens > spec.max_context_tokens:
                 self.counters.sessions_context_full += 1
+                if gap is not None:
+                    ahead.outcome(gap, called=False)
                 return
+            if gap is not None:
+                ahead.outcome(gap, called=True)
+                gap = None
             request = yield from self._call(model, stream, rng, session_id, depth, call_index, gap_s, gap_kind, mutations,
                                             agent_id=agent_id, last=call_index == n_calls - 1)
             last_instance = request.instance
@@ -210,10 +221,22 @@ class AgentDriver:
                 gap_s, gap_kind = env.now - start, "join"
                 continue
             gap_s, gap_kind = request.next_gap_s, request.next_gap_kind
-            yield env.timeout(gap_s)
-            if self.on_resume is not None:
-                self.on_resume(agent_id, request)
-            stream.append(_count(model.appended, rng, 0))
+            if ahead is not None and gap_kind == "tool":
+                # The tool output is drawn as the gap starts (the same draw as after it: nothing
+                # else draws in between) and streamed to the engine as it arrives. Not prefilled
+                # when the next call will compact the history or find the context full.
+                appended = _count(model.appended, rng, 0)
+                stream.append(appended)
+                compacts = spec.compaction is not None and stream.tokens > spec.compaction.trigger_tokens
+                gap = yield from ahead.tool_gap(request, stream, appended, gap_s,
+                                                prefill=not compacts and stream.tokens <= spec.max_context_tokens)
+                if self.on_resume is not None:
+                    self.on_resume(agent_id, request)
+            else:
+                yield env.timeout(gap_s)
+                if self.on_resume is not None:
+                    self.on_resume(agent_id, request)
+                stream.append(_count(model.appended, rng, 0))
             edits = spec.edits
             if edits is not None and edits.probability > 0 and rng.random() < edits.probability:
                 shared_tokens = stream.shared_blocks * self.block_tokens

@@ -75,6 +75,17 @@ def check_components(scenario, source: str, lines: dict) -> None:
     serving = scenario.serving
     check_registered(ROUTERS, serving.router, serving.router_params, ("serving", "router"),
                      ("serving", "router_params"), source, lines)
+    disaggregation = serving.disaggregation
+    if disaggregation is not None and disaggregation.decode_router is not None:
+        check_registered(ROUTERS, disaggregation.decode_router, disaggregation.decode_router_params,
+                         ("serving", "disaggregation", "decode_router"),
+                         ("serving", "disaggregation", "decode_router_params"), source, lines)
+
+    from agentsim.engine.prefill_ahead import PREFILL_AHEAD
+
+    ref = serving.prefill_ahead
+    check_registered(PREFILL_AHEAD, ref.name, ref.params, ("serving", "prefill_ahead", "name"),
+                     ("serving", "prefill_ahead", "params"), source, lines)
 
 
 def check_no_orphans_in_tiers(scenario, source: str, lines: dict) -> None:

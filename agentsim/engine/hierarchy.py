@@ -52,10 +52,19 @@ class Hierarchy:
 
     def connect_peers(self, instances) -> None:
         self.instances = list(instances)
+        remote = self.config.remote
+        if remote is not None and remote.enabled and remote.shared:
+            # One store: every instance reads every other instance's share of it.
+            for inst in instances:
+                inst.store_tier = inst.cache.tier_index("remote")
+                inst.store_peers = [other for other in instances if other is not inst]
         if not self.config.peer_hbm:
             return
+        topology = self.topology
         for inst in instances:
-            inst.peers = [instances[i] for i in self.topology.peers(inst.instance_id)]
+            me = inst.instance_id
+            inst.peers = [instances[i] for i in topology.peers(me)]
+            inst.peer_links = {i: topology.peer_load_links(me, i) for i in topology.peers(me)}
 
     # --- metrics ---------------------------------------------------------------------------
     def occupancy(self, instance) -> list[tuple[str, int, int, int]]:

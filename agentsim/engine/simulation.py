@@ -17,18 +17,22 @@ from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.radix import RadixCache
 from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.serving.kv_admission import make_kv_admission
+from agentsim.cluster.serving.kv_growth import KV_STATS
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.routers import make_router
+from agentsim.engine.disaggregated import DisaggregatedCluster
 from agentsim.engine.hierarchy import Hierarchy, load_breakdown
 from agentsim.engine.agents import AgentDriver
-from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecord
+from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecord, TierHitRecord, with_tier_hit_columns
 from agentsim.engine.economics import economics_summary
 from agentsim.metrics.summary import summarize_requests
 from agentsim.engine.agentic import AgenticWiring
 from agentsim.engine.collector import freezing_collector
 from agentsim.engine.diagnostics import RunDiagnostics
+from agentsim.engine.prefill_ahead import PrefillAhead
 from agentsim.metrics.timeseries import TimeSeriesSampler
 from agentsim.errors import InvariantViolation
+from agentsim.hardware.tier_kinds import tier_names
 from agentsim.hardware.timing.select import build_timer
 
 ProgressCallback = Callable[[float, float], None]
@@ -106,10 +110,9 @@ class Simulation:
         self.env = env if env is not None else simpy.Environment()
         # Step timing: measured kernel tables where the databases have the deployment, else the
         # roofline; every instance of a cluster has the same deployment, hence one timer.
-        self.cost, self.timing = build_timer(scenario)
         self.block_tokens = scenario.cache.block_tokens
-        self.capacity_blocks = scenario.kv_capacity_blocks_per_instance()
         self.request_records = RecordBuffer(RequestRecord)
+        self.tier_hit_records = RecordBuffer(TierHitRecord)
         self.occupancy = RecordBuffer(OccupancySample)
         policy_ref = scenario.cache.eviction
         self.instances = []
@@ -117,7 +120,18 @@ class Simulation:
         # so HBM-only runs keep the single-tier cache and its speed.
         tiers = scenario.cache.tiers
         self.hierarchy = Hierarchy(self.env, scenario) if tiers is not None and tiers.active() else None
-        for index in range(scenario.hardware.instances):
+        # Disaggregated serving: prefill and decode pools; the decode workers are the instances
+        # the rest of the run sees, and the pools' front takes the router's place.
+        self.disaggregated = None
+        if scenario.serving.disaggregation is not None:
+            self.disaggregated = DisaggregatedCluster(self.env, scenario, self._on_finish, scenario.run.check_invariants)
+            self.cost, self.timing = self.disaggregated.timers["decode"]
+            self.capacity_blocks = self.disaggregated.capacity_blocks["decode"]
+            self.instances = self.disaggregated.decode
+        else:
+            self.cost, self.timing = build_timer(scenario)
+            self.capacity_blocks = scenario.kv_capacity_blocks_per_instance()
+        for index in range(scenario.hardware.instances if self.disaggregated is None else 0):
             extra = {}
             if self.hierarchy is not None:
                 cache = self.hierarchy.make_cache(index, self.capacity_blocks)
@@ -130,13 +144,20 @@ class Simulation:
                 self.env, index, cache, self.cost, self.block_tokens,
                 serving.batch_requests(), serving.batch_tokens(),
                 on_finish=self._on_finish, check_invariants=scenario.run.check_invariants,
-                kv_rule=make_kv_admission(serving, self.block_tokens), preemption=serving.preemption, **extra,
+                kv_rule=make_kv_admission(serving, self.block_tokens), preemption=serving.preemption,
+                long_prefill_tokens=serving.long_prefill_token_threshold, **extra,
             ))
         if self.hierarchy is not None:
             self.hierarchy.connect_peers(self.instances)
-        self.router = make_router(scenario, self.instances, self.env)
+        self.router = (make_router(scenario, self.instances, self.env) if self.disaggregated is None
+                       else self.disaggregated.front)
         self.driver = (driver_factory or AgentDriver)(self.env, scenario, self._submit, on_mutation=self._on_mutation)
         self.driver.on_idle = self._maybe_finish
+        # Prefill-ahead of tool output during tool gaps (off by default).
+        self.prefill_ahead = None
+        if scenario.serving.prefill_ahead.name != "none" and hasattr(self.driver, "prefill_ahead"):
+            self.prefill_ahead = PrefillAhead(self.env, scenario, self.instances)
+            self.driver.prefill_ahead = self.prefill_ahead
         # Policy timers (TTL expiry, pin time-outs), tool start/end events, admission filters;
         # then the diagnostics (evictions by reason, T_C, regime, Belady headroom).
         self.agentic = AgenticWiring(self.env, scenario, self.instances, self.driver)
@@ -148,6 +169,7 @@ class Simulation:
         # Triggered once the duration has passed and no call is in flight: agents then only
         # wait on gaps after which they would not call again, so the run is over.
         self.finished = self.env.event()
+        self._last_sample_s = -math.inf
         self.check_invariants = scenario.run.check_invariants
         self.stop_request: StopRequest | None = None
         self.stop_reason: str | None = None
@@ -188,6 +210,11 @@ class Simulation:
             raise InvariantViolation(f"token conservation of request {request.request_id}: {problem}")
 
     def _on_finish(self, request: LLMRequest) -> None:
+        if request.background:  # a prefill ahead of a call, not a call
+            if self.check_invariants:
+                self._check_conservation(request)
+            self.prefill_ahead.on_finish(request)
+            return
         self.router.on_finish(request)  # the response has ended: the router's load bookkeeping
         if self.check_invariants:
             self._check_conservation(request)
@@ -202,6 +229,8 @@ class Simulation:
             tpot = (request.finish_s - request.first_token_s) / (request.output_tokens - 1) if request.output_tokens > 1 else 0.0
             met = ttft <= slo.ttft_s and tpot <= slo.tpot_s
         load_wait, prefill = load_breakdown(request)
+        if request.prefill_worker >= 0 and not request.rejected:
+            load_wait, prefill = 0.0, request.prefill_done_s - request.admitted_s   # on the prefill worker
         tier_hits = request.tier_hit_tokens if request.tier_hit_tokens else {"hbm": request.hit_tokens}
         self.request_records.append(RequestRecord(
             request_id=request.request_id, session_id=request.session_id, agent_class=request.agent_class,
@@ -211,11 +240,18 @@ class Simulation:
             hit_tokens=request.hit_tokens, recomputed_tokens=request.prompt_tokens - request.hit_tokens,
             queue_wait_s=queue, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, finish_s=request.finish_s,
             slo_met=met, rejected=request.rejected,
-            load_wait_s=load_wait, prefill_s=prefill,
-            hit_tokens_hbm=tier_hits.get("hbm", 0), hit_tokens_peer_hbm=tier_hits.get("peer_hbm", 0),
-            hit_tokens_dram=tier_hits.get("dram", 0), hit_tokens_disk=tier_hits.get("disk", 0),
-            hit_tokens_remote=tier_hits.get("remote", 0), loaded_bytes=request.loaded_bytes,
+            load_wait_s=load_wait, prefill_s=prefill, loaded_bytes=request.loaded_bytes,
+            preemptions=request.preemptions, swap_preemptions=request.swap_preemptions,
+            preempted_recompute_tokens=request.preempted_recompute_tokens,
+            queue_slot_s=request.queue_slot_s, queue_kv_s=request.queue_kv_s, queue_load_s=request.queue_load_s,
+            queue_step_s=request.queue_step_s, queue_chunk_s=request.queue_chunk_s,
+            prefill_worker=request.prefill_worker, decode_hit_tokens=request.decode_hit_tokens,
+            kv_transfer_bytes=request.kv_transfer_bytes, decode_queue_s=request.decode_queue_s,
+            kv_transfer_s=request.kv_transfer_s,
         ))
+        for tier, tokens in tier_hits.items():
+            if tokens:
+                self.tier_hit_records.append(TierHitRecord(request.request_id, tier, tokens))
         self.agentic.on_request_end(request)
         self.diagnostics.observe_request(request)
         request.done.succeed()
@@ -226,26 +262,30 @@ class Simulation:
         # About 200 samples over the run; trace replays set ``sample_interval_s`` from the trace span.
         interval = getattr(self.driver, "sample_interval_s", None) or max(self.scenario.duration_s / 200.0, 1e-3)
         while True:
-            now = self.env.now
-            for instance in self.instances:
-                cache = instance.cache
-                self.occupancy.append(OccupancySample(
-                    time_s=now, instance=instance.instance_id, tier=cache.name, used_blocks=cache.used_blocks,
-                    capacity_blocks=cache.capacity_blocks, pinned_blocks=cache.reserved_blocks,
-                    running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
-                if self.hierarchy is not None:
-                    for tier, used, capacity, pinned in self.hierarchy.occupancy(instance):
-                        self.occupancy.append(OccupancySample(
-                            time_s=now, instance=instance.instance_id, tier=tier, used_blocks=used,
-                            capacity_blocks=capacity, pinned_blocks=pinned,
-                            running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
-            self.timeseries.sample(now)
+            self._sample(self.env.now)
             # What survived a whole sampling interval is long-lived: keep the collector from
             # rescanning it (see agentsim.engine.collector).
             self._freeze_survivors()
             if self.finished.triggered:
                 return
             yield self.env.timeout(interval)
+
+    def _sample(self, now: float) -> None:
+        """One occupancy and time-series sample of every instance at ``now``."""
+        self._last_sample_s = now
+        for instance in self.instances:
+            cache = instance.cache
+            self.occupancy.append(OccupancySample(
+                time_s=now, instance=instance.instance_id, tier=cache.name, used_blocks=cache.used_blocks,
+                capacity_blocks=cache.capacity_blocks, pinned_blocks=cache.reserved_blocks,
+                running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
+            if self.hierarchy is not None:
+                for tier, used, capacity, pinned in self.hierarchy.occupancy(instance):
+                    self.occupancy.append(OccupancySample(
+                        time_s=now, instance=instance.instance_id, tier=tier, used_blocks=used,
+                        capacity_blocks=capacity, pinned_blocks=pinned,
+                        running_requests=len(instance.running), waiting_requests=len(instance.waiting)))
+        self.timeseries.sample(now)
 
     def _progress(self):
         step = self.scenario.run.progress_interval_s
@@ -266,6 +306,10 @@ class Simulation:
                 self._run_events()
             finally:
                 self._freeze_survivors = lambda: None
+        if self.env.now > self._last_sample_s:
+            # The run ends between two ticks: a last sample makes the time series end with the
+            # whole-run totals (evictions or occupancy changes after the last tick included).
+            self._sample(self.env.now)
         wall_s = time.perf_counter() - started
         return self._result(wall_s)
 
@@ -298,7 +342,7 @@ class Simulation:
 
     def _result(self, wall_s: float) -> RunResult:
         scenario = self.scenario
-        requests = self.request_records.frame()
+        requests = with_tier_hit_columns(self.request_records.frame(), self.tier_hit_records.frame(), tier_names())
         requests = requests.sort_values("request_id", kind="stable").reset_index(drop=True)
         occupancy = self.occupancy.frame()
         simulated_s = float(self.env.now)
@@ -307,7 +351,8 @@ class Simulation:
         counters = self.driver.counters
         caches = [inst.cache for inst in self.instances]
         busy_s = sum(inst.busy_s for inst in self.instances)
-        gpus = scenario.hardware.gpus_per_instance * len(self.instances)
+        gpus = (scenario.hardware.gpus_per_instance * len(self.instances) if self.disaggregated is None
+                else self.disaggregated.gpus)
         gpu_seconds = simulated_s * gpus
         summary.update({
             "sessions": counters.sessions_started,
@@ -325,7 +370,7 @@ class Simulation:
             "inserted_blocks": sum(c.inserted_blocks for c in caches),
             "gpu_busy_fraction": busy_s / (simulated_s * len(self.instances)) if simulated_s > 0 else 0.0,
             "gpu_seconds": gpu_seconds,
-            "iterations": sum(inst.iterations for inst in self.instances),
+            "iterations": sum(inst.iterations for inst in self.instances),   # decode workers' when disaggregated
             "timing_source": self.timing.source,
             "timing_reason": self.timing.reason,
             "timing_deployment": self.timing.deployment,
@@ -333,21 +378,36 @@ class Simulation:
             "wall_s": wall_s,
             "simulated_requests_per_wall_s": len(requests) / wall_s if wall_s > 0 else math.inf,
         })
+        summary.update(kv_admission_summary(scenario.serving, self.instances))
         summary.update(economics_summary(scenario, requests, summary))  # GPU cost and provider cache bill
         ttft_p99 = summary["ttft_p99_s"]
         summary["slo_ttft_p99_met"] = (bool(ttft_p99 <= scenario.slo.ttft_p99_s) if scenario.slo.ttft_p99_s is not None else None)
         summary["sla_target_met"] = bool(summary["sla_attainment"] >= scenario.slo.attainment_target) if summary["requests"] else False
         summary.update(self.diagnostics.summary())
+        if self.prefill_ahead is not None:
+            summary.update(self.prefill_ahead.summary(simulated_s))
         tables = {"requests": requests, "occupancy": occupancy}
         if self.hierarchy is not None:
             summary.update(self.hierarchy.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))
             tables["links"] = self.hierarchy.link_table(simulated_s)
+        if self.disaggregated is not None:
+            summary.update(self.disaggregated.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))
+            tables["links"] = self.disaggregated.link_table(simulated_s)
         tables.update(self.timeseries.tables())
         # A run stopped early (Ctrl-C, SIGTERM) summarises the requests finished so far.
         summary["complete"] = self.stop_reason is None
         if self.stop_reason is not None:
             summary["incomplete_reason"] = self.stop_reason
         return RunResult(summary=summary, tables=tables, scenario=scenario)
+
+
+def kv_admission_summary(serving, instances) -> dict:
+    """The KV admission rule in force and its preemption counters, summed over the instances
+    (over the whole run, warm-up included, as the cache counters are)."""
+    out: dict = {"kv_admission": serving.kv_admission_rule(), "preemption": serving.preemption}
+    for key in KV_STATS:
+        out[key] = sum(inst.kv_stats[key] for inst in instances)
+    return out
 
 
 def _merge_counts(dicts) -> dict[str, int]:

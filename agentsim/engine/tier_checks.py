@@ -9,6 +9,18 @@ from agentsim.hardware.tier_kinds import TIER_KINDS, link_endpoints, lower_tier_
 from agentsim.hardware.topology import Topology, place, tier_capacity_bytes
 
 
+def _hardware_capacity_bytes(scenario, name: str, cfg, shape: Topology, placements) -> float:
+    """The most a ``name`` tier can hold per instance on this hardware (the kind's capacity rule
+    with the whole device, ``capacity_fraction`` 1), the smallest over instances. A tray-scoped
+    kind counts every tray an instance spans."""
+    whole = cfg.model_copy(update={"capacity_bytes": None, "capacity_fraction": 1.0})
+    physical = min(tier_capacity_bytes(scenario, name, whole, shape, p.instance) for p in placements)
+    if TIER_KINDS[name].capacity_scope == "tray":
+        hw = scenario.hardware
+        physical *= -(-hw.gpus_per_instance // hw.gpus_per_tray)  # an instance may span trays
+    return physical
+
+
 def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
     """The first mistake in ``cache.tiers`` that pydantic cannot see alone (it needs the
     hardware, the model or several fields together), as (message, YAML path); None if fine.
@@ -36,7 +48,7 @@ def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
                 return (f"tiers in the wrong order {shown}: {staging} must be the first tier below HBM "
                         f"({staged} hits are staged through {staging.upper()}); e.g. [{staging}, {order[0]}]"), base + ("order",)
     block_bytes = scenario.cache.block_tokens * scenario.model.kv_bytes_per_token
-    placements = place(hw.instances, hw.gpus_per_instance, hw.gpus_per_tray, hw.nvlink_domain_gpus)
+    placements = place(hw.instances, hw.gpus_per_instance, hw.gpus_per_tray, hw.nvlink_domain_gpus, hw.racks)
     shape = Topology(placements, [])
     own_links = " and ".join(n for n in lower_names if TIER_KINDS[n].tier_link_fields)
     for name, cfg in tiers.enabled_tiers():
@@ -46,6 +58,9 @@ def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
                 if getattr(cfg, key) is not None:
                     return (f"{key} applies to the {own_links} tier only; set the {name} tier's links with "
                             f"cache.tiers.links or the hardware section"), base + (name, key)
+        if cfg.shared and not kind.shareable:
+            shareable = " and ".join(n for n in lower_names if TIER_KINDS[n].shareable)
+            return f"shared applies to the {shareable} tier only, not {name}", base + (name, "shared")
         if kind.capacity_bytes is None and cfg.capacity_bytes is None:
             return (f"the {name} tier needs capacity_bytes ({kind.capacity_note})"), base + (name, "capacity_bytes")
         problem = kind.hardware_problem(hw)
@@ -56,6 +71,13 @@ def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
             key = "capacity_bytes" if cfg.capacity_bytes is not None else "capacity_fraction"
             return (f"the {name} tier holds less than one KV block per instance ({capacity / 1e6:.3g} MB < "
                     f"{block_bytes / 1e6:.3g} MB)"), base + (name, key)
+        if cfg.capacity_bytes is not None and kind.capacity_bytes is not None:
+            # A capacity the hardware does not have would simulate memory that is not there.
+            physical = _hardware_capacity_bytes(scenario, name, cfg, shape, placements)
+            if cfg.capacity_bytes > physical:
+                return (f"the {name} tier's {cfg.capacity_bytes / 1e12:.4g} TB per instance exceed what the hardware "
+                        f"has for it ({physical / 1e12:.4g} TB per instance: {kind.description}); lower "
+                        "capacity_bytes or change the hardware section"), base + (name, "capacity_bytes")
     enabled = [name for name, _ in tiers.enabled_tiers()]
     if tiers.prefetch.policy != "none" and (len(enabled) < 2 or enabled[0] != "dram"):
         return (f"prefetch policy {tiers.prefetch.policy!r} stages disk/remote hits into DRAM: it needs an enabled "

@@ -46,6 +46,39 @@ def _pool_context():
     return multiprocessing.get_context("spawn")
 
 
+#: prctl option: the signal this process gets when its parent dies (linux/prctl.h).
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to SIGKILL this worker when the process that started it dies.
+
+    A pool worker is otherwise orphaned when the sweep is killed with SIGKILL (no ``finally``
+    runs there) and keeps computing a run nobody will read, minutes later. ``prctl`` is
+    Linux-only; elsewhere this does nothing. If the sweep died before the request took effect,
+    the worker leaves at once."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        os._exit(1)
+    except PermissionError:  # pragma: no cover - a pid reused by another user's process
+        os._exit(1)
+
+
+def _worker_setup(parent_pid: int) -> None:
+    """Pool worker initializer: die with the sweep, leave interrupts to it."""
+    _die_with_parent(parent_pid)
+    _worker_ignores_interrupts()
+
+
 def _worker_ignores_interrupts() -> None:
     """Pool worker initializer: leave Ctrl-C and termination to the parent.
 
@@ -102,7 +135,7 @@ class LocalExecutor:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         pool = ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)), mp_context=_pool_context(),
-                                   initializer=_worker_ignores_interrupts)
+                                   initializer=_worker_setup, initargs=(os.getpid(),))
         finished = False
         try:
             futures = [pool.submit(execute_run, task) for task in tasks]

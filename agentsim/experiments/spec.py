@@ -49,7 +49,7 @@ DEFAULT_METRICS = ["hit_ratio", "ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "e2e_p
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class RandomParam(_Strict):

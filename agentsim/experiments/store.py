@@ -12,8 +12,9 @@ Layout of ``OUT``::
 
 ``cell_id`` is the content address of the cell's resolved scenario (seed excluded), so a
 rerun finds a finished run however the sweep file was reordered, and recomputes a run whose
-configuration changed. A run is finished when its ``summary.json`` exists; it is written last
-and atomically (rename), so a run killed half-way is simply recomputed.
+configuration changed. A run is finished when its ``summary.json`` exists and reads as a JSON
+object; each run directory is staged and swapped in whole, so a run killed half-way is simply
+recomputed, and an empty or corrupt summary (a disk that filled) is recomputed too.
 """
 
 from __future__ import annotations
@@ -24,13 +25,24 @@ from pathlib import Path
 
 from agentsim.errors import InputError
 from agentsim.experiments.runs import RunOutcome
+from agentsim.result_files import read_json_object
 from agentsim.results import summary_json
+from agentsim.run_directory import StagedDirectory, check_out_dir
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all: a unique temporary name, fsync, rename; the
+    temporary file is removed if the write fails (disk full), so no ``.tmp`` is left behind."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"cannot write results ({exc.strerror or exc}); finished runs are kept", str(path)) from None
 
 
 class SweepStore:
@@ -38,8 +50,8 @@ class SweepStore:
 
     def __init__(self, out_dir: str | Path):
         self.out_dir = Path(out_dir)
-        if self.out_dir.exists() and not self.out_dir.is_dir():
-            raise InputError("exists and is not a directory", str(self.out_dir))
+        # An existing sweep (or plan) is resumed; anything else in the way is refused.
+        check_out_dir(self.out_dir, force=True)
         try:
             (self.out_dir / "cells").mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -52,32 +64,38 @@ class SweepStore:
         return self.cell_dir(cell_id) / f"seed-{seed}"
 
     def is_done(self, cell_id: str, seed: int) -> bool:
-        return (self.run_dir(cell_id, seed) / "summary.json").exists()
+        """True if the run has a readable summary: an empty or corrupt summary.json (a disk
+        that filled, a hand edit) is a run to redo, not a finished one."""
+        return self.load_summary(cell_id, seed) is not None
 
     def write_cell(self, cell_id: str, info: dict) -> None:
         directory = self.cell_dir(cell_id)
         directory.mkdir(parents=True, exist_ok=True)
-        _atomic_write(directory / "cell.json", (json.dumps(info, indent=2, default=str) + "\n").encode())
+        atomic_write(directory / "cell.json", (json.dumps(info, indent=2, default=str) + "\n").encode())
 
     def write_manifest(self, manifest: dict) -> None:
-        _atomic_write(self.out_dir / "sweep.json", (json.dumps(manifest, indent=2, default=str) + "\n").encode())
+        atomic_write(self.out_dir / "sweep.json", (json.dumps(manifest, indent=2, default=str) + "\n").encode())
 
     def write_outcome(self, outcome: RunOutcome) -> Path:
-        """Persist one run at once: tables, resolved scenario, then summary.json last (or error.json)."""
+        """Persist one run at once, replacing its directory whole (staged, fsynced, swapped:
+        :class:`agentsim.run_directory.StagedDirectory`): tables, resolved scenario and
+        summary.json, or error.json."""
         directory = self.run_dir(outcome.cell_id, outcome.seed)
-        directory.mkdir(parents=True, exist_ok=True)
-        if not outcome.ok:
-            _atomic_write(directory / "error.json", (json.dumps(
-                {"error": outcome.error, "traceback": outcome.traceback}, indent=2) + "\n").encode())
-            return directory
-        for name, data in outcome.tables_parquet.items():
-            _atomic_write(directory / f"{name}.parquet", data)
-        if outcome.scenario_yaml is not None:
-            _atomic_write(directory / "scenario.resolved.yaml", outcome.scenario_yaml.encode())
-        _atomic_write(directory / "summary.json", summary_json(outcome.summary).encode())
-        error = directory / "error.json"
-        if error.exists():
-            error.unlink()
+        with StagedDirectory(directory, force=True, what="a run") as target:
+            try:
+                if not outcome.ok:
+                    (target.staging / "error.json").write_bytes((json.dumps(
+                        {"error": outcome.error, "traceback": outcome.traceback}, indent=2) + "\n").encode())
+                else:
+                    for name, data in outcome.tables_parquet.items():
+                        (target.staging / f"{name}.parquet").write_bytes(data)
+                    if outcome.scenario_yaml is not None:
+                        (target.staging / "scenario.resolved.yaml").write_bytes(outcome.scenario_yaml.encode())
+                    (target.staging / "summary.json").write_bytes(summary_json(outcome.summary).encode())
+            except OSError as exc:
+                raise InputError(f"cannot write results ({exc.strerror or exc}); finished runs are kept",
+                                 str(directory)) from None
+            target.commit()
         return directory
 
     def write_error(self, cell_id: str, seed: int, message: str) -> None:
@@ -85,9 +103,20 @@ class SweepStore:
         self.write_outcome(RunOutcome(cell_id=cell_id, seed=seed, error=message))
 
     def load_summary(self, cell_id: str, seed: int) -> dict | None:
+        """The run's summary, or None if it has none or an unreadable one."""
         path = self.run_dir(cell_id, seed) / "summary.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        if not path.exists():
+            return None
+        try:
+            return read_json_object(path, "summary")
+        except InputError:
+            return None
 
     def load_error(self, cell_id: str, seed: int) -> str | None:
         path = self.run_dir(cell_id, seed) / "error.json"
-        return json.loads(path.read_text()).get("error") if path.exists() else None
+        if not path.exists():
+            return None
+        try:
+            return str(read_json_object(path, "error.json").get("error"))
+        except InputError as exc:
+            return exc.message

@@ -311,17 +311,17 @@ def _unknown_metrics(requested: list[str], known: list[str], table: pd.DataFrame
 
 
 def write_tables(out_dir: Path, table: pd.DataFrame, stats: pd.DataFrame, paired: pd.DataFrame, metrics: list[str]) -> None:
-    import os
+    import io
+
+    from agentsim.experiments.store import atomic_write
 
     for name, frame in (("results", table), ("stats", stats), ("paired", paired)):
-        tmp = out_dir / f"{name}.parquet.tmp"
-        frame.to_parquet(tmp, index=False, engine="pyarrow")
-        os.replace(tmp, out_dir / f"{name}.parquet")
+        buffer = io.BytesIO()
+        frame.to_parquet(buffer, index=False, engine="pyarrow")
+        atomic_write(out_dir / f"{name}.parquet", buffer.getvalue())
     shown_stats = stats[stats.metric.isin(metrics)] if len(stats) else stats
     shown_paired = paired[paired.metric.isin(metrics)] if len(paired) else paired
     text = json.dumps({"metrics": metrics,
                        "stats": json.loads(shown_stats.to_json(orient="records")),
                        "paired": json.loads(shown_paired.to_json(orient="records"))}, indent=2)
-    tmp = out_dir / "stats.json.tmp"
-    tmp.write_text(text + "\n")
-    os.replace(tmp, out_dir / "stats.json")
+    atomic_write(out_dir / "stats.json", (text + "\n").encode())

@@ -73,6 +73,8 @@ class TierKind:
     hardware_problem: Callable[[Any], str | None] = lambda hw: None
     #: Hits in this kind are staged into HBM through this kind (disk and remote through DRAM).
     stages_through: str | None = None
+    #: ``shared: true`` may make the kind one store every instance reads (its capacity the whole store's).
+    shareable: bool = False
 
 
 #: Every tier kind by name, in the order results list them.
@@ -170,6 +172,7 @@ register_tier_kind(TierKind(
     capacity_note="a remote store's size is not part of the hardware profile",
     tier_link_fields=True,
     stages_through="dram",
+    shareable=True,
 ))
 
 __all__ = ["LinkSpec", "TIER_KINDS", "TierKind", "link_endpoints", "lower_tier_names", "register_tier_kind",

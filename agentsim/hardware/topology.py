@@ -12,7 +12,14 @@ between tiers, built from the tier kinds (:mod:`agentsim.hardware.tier_kinds`).
   tray (drives x per-drive bandwidth), capacity split evenly between the tray's instances.
 * Each instance has a NIC link (GPUs x per-GPU NIC bandwidth) to the optional remote store,
   which also has one shared link (its aggregate bandwidth) for all instances.
-* Peer-HBM loads come over the receiving instance's NVLink ingress link.
+* Several racks (``hardware.racks``): each rack is one NVLink domain holding an equal share of
+  the instances, numbered rack by rack; GPUs, trays and domains are numbered across racks.
+  Racks are joined by the scale-out network, whose only modelled bottleneck is each instance's
+  NIC (GPUs x per-GPU NIC bandwidth per direction, ``rdma_latency_s`` per transfer): the fabric
+  between racks is taken as non-blocking, as in a rail-optimised fat tree.
+* Peer-HBM loads inside an NVLink domain come over the receiving instance's NVLink ingress link;
+  from another domain (another rack) over the sending and the receiving instance's NICs at
+  once (the bytes stream through both, so the more contended NIC sets the pace).
 
 Loads: DRAM -> HBM over ``h2d``; disk -> DRAM -> HBM over the tray's NVMe read link then
 ``h2d`` (staging through DRAM); remote -> DRAM -> HBM over the store link, the NIC, then ``h2d``.
@@ -70,6 +77,7 @@ class Placement:
     first_gpu: int
     tray: int
     domain: int
+    rack: int = 0
 
 
 @dataclass
@@ -81,19 +89,44 @@ class Topology:
     all_links: dict[str, Link] = field(default_factory=dict)
 
     def peers(self, instance: int) -> list[int]:
-        """Other instances in the same NVLink domain."""
+        """Every other instance, those of the same NVLink domain first (a peer-HBM hit from one
+        of them is the cheaper load), each group in instance order."""
         domain = self.placements[instance].domain
-        return [p.instance for p in self.placements if p.domain == domain and p.instance != instance]
+        near = [p.instance for p in self.placements if p.domain == domain and p.instance != instance]
+        far = [p.instance for p in self.placements if p.domain != domain]
+        return near + far
+
+    def same_domain(self, a: int, b: int) -> bool:
+        return self.placements[a].domain == self.placements[b].domain
+
+    def peer_load_links(self, receiver: int, sender: int) -> list[Link]:
+        """Links a peer-HBM load from ``sender`` into ``receiver`` crosses, all at once (the
+        transfer takes as long as its slowest link): the receiver's NVLink ingress inside one
+        NVLink domain; across domains (racks) the sender's and the receiver's NIC."""
+        if self.same_domain(receiver, sender):
+            return [self.links[receiver].nvlink_in]
+        return [self.links[sender].nic, self.links[receiver].nic]
 
     def instances_in_tray(self, tray: int) -> int:
         return sum(1 for p in self.placements if p.tray == tray)
 
 
-def place(n_instances: int, gpus_per_instance: int, gpus_per_tray: int, domain_gpus: int) -> list[Placement]:
+def place(n_instances: int, gpus_per_instance: int, gpus_per_tray: int, domain_gpus: int,
+          racks: int = 1) -> list[Placement]:
+    """Instances ``0..n-1`` split evenly between ``racks``, numbered rack by rack; inside a rack
+    an instance is ``gpus_per_instance`` consecutive GPUs, trays and NVLink domains counted from
+    the rack's first GPU, and every number (GPU, tray, domain) continues across racks."""
+    per_rack = -(-n_instances // racks)
+    rack_gpus = per_rack * gpus_per_instance
+    trays_per_rack = -(-rack_gpus // gpus_per_tray)
+    domains_per_rack = -(-rack_gpus // domain_gpus)
     out = []
     for index in range(n_instances):
-        first = index * gpus_per_instance
-        out.append(Placement(index, first, first // gpus_per_tray, first // domain_gpus))
+        rack, local = divmod(index, per_rack)
+        local_first = local * gpus_per_instance
+        out.append(Placement(index, rack * rack_gpus + local_first,
+                             rack * trays_per_rack + local_first // gpus_per_tray,
+                             rack * domains_per_rack + local_first // domain_gpus, rack))
     return out
 
 
@@ -124,7 +157,7 @@ def build_topology(env: simpy.Environment, scenario) -> Topology:
     """Place the instances and build every tier kind's links (shared, per tray, per instance)."""
     hw = scenario.hardware
     g = hw.gpus_per_instance
-    placements = place(hw.instances, g, hw.gpus_per_tray, hw.nvlink_domain_gpus)
+    placements = place(hw.instances, g, hw.gpus_per_tray, hw.nvlink_domain_gpus, hw.racks)
     tiers = scenario.cache.tiers
     overrides = link_overrides(tiers)
     all_links: dict[str, Link] = {}
@@ -150,9 +183,11 @@ def build_topology(env: simpy.Environment, scenario) -> Topology:
 
 
 def tier_capacity_bytes(scenario, name: str, tier_cfg, topology: Topology, instance: int) -> float:
-    """Capacity of lower tier ``name`` for one instance: given, or its share of the hardware
-    (the kind's capacity rule)."""
+    """Capacity of lower tier ``name`` for one instance: given (a shared store's given capacity
+    split evenly between the instances), or its share of the hardware (the kind's capacity rule)."""
     if tier_cfg.capacity_bytes is not None:
+        if getattr(tier_cfg, "shared", False):
+            return tier_cfg.capacity_bytes / len(topology.placements)  # one instance's share of the store
         return tier_cfg.capacity_bytes
     kind = TIER_KINDS.get(name)
     if kind is None or kind.capacity_bytes is None:

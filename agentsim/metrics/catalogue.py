@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
+import numpy as np
 import pandas as pd
 
 #: Where a metric is listed: the main summary table, the memory-hierarchy rows, or neither.
@@ -120,11 +121,58 @@ _builtin("belady_replay_hit_ratio", "Belady hit ratio (replay, blocks)", "fracti
 _builtin("policy_replay_hit_ratio", "policy hit ratio (replay, blocks)", "fraction",
          axis="hit ratio (blocks, cache-only replay of the run's stream)")
 _builtin("belady_headroom", "Belady headroom", "fraction")
+# Engine-style KV admission (docs/serving.md): preemptions and why requests waited.
+_builtin("kv_admission", "KV admission rule", "")
+_builtin("preemptions", "preemptions", "count")
+_builtin("recompute_preemptions", "preemptions by recompute", "count")
+_builtin("swap_preemptions", "preemptions by swap to DRAM", "count")
+_builtin("swapped_out_blocks", "blocks swapped out", "blocks")
+_builtin("swapped_in_blocks", "blocks swapped back in", "blocks")
+_builtin("retractions", "retractions (sglang)", "count")
+
+
+def _column_sum(column: str) -> Callable[[pd.DataFrame], int]:
+    return lambda done: int(done[column].sum()) if len(done) else 0
+
+
+def _column_mean(column: str) -> Callable[[pd.DataFrame], float]:
+    def mean(done: pd.DataFrame) -> float:
+        values = done[column].to_numpy(dtype=float) if len(done) else np.array([])
+        values = values[np.isfinite(values)]
+        return float(values.mean()) if len(values) else float("nan")
+    return mean
+
+
+register(Metric("preempted_recompute_tokens", "tokens recomputed after preemption", "tokens", table="summary",
+                compute=_column_sum("preempted_recompute_tokens")))
+for _cause, _label in (("slot", "no batch slot"), ("kv", "no KV memory"), ("load", "held by its prefetch"),
+                       ("step", "iteration in progress"), ("chunk", "first prefill chunk")):
+    register(Metric(f"queue_{_cause}_mean_s", f"queue mean: {_label} (s)", "s", table="summary",
+                    compute=_column_mean(f"queue_{_cause}_s")))
+del _cause, _label
+# Prefill-ahead of tool output (agentsim/engine/prefill_ahead.py; present when it is on): what
+# it costs. What it buys is the TTFT above, compared with a run without it on the same seed.
+_builtin("prefill_ahead_tokens", "tokens prefilled ahead of calls", "tokens")
+_builtin("prefill_ahead_gpu_s", "prefill-ahead GPU time (GPU-s)", "s")
+_builtin("prefill_ahead_wasted_gpu_s", "prefill-ahead GPU time whose call never came (GPU-s)", "s")
+_builtin("prefill_ahead_pinned_blocks_mean", "KV pinned by prefill-ahead (mean blocks)", "blocks")
 # Memory-hierarchy rows (present when cache.tiers is enabled): TTFT = queue + load + prefill.
 _builtin("ttft_queue_wait_mean_s", "TTFT queue mean (s)", "s", table="hierarchy")
 _builtin("ttft_load_wait_mean_s", "TTFT load mean (s)", "s", table="hierarchy")
 _builtin("ttft_prefill_mean_s", "TTFT prefill mean (s)", "s", table="hierarchy")
 _builtin("ttft_load_wait_p99_s", "TTFT load p99 (s)", "s", table="hierarchy")
+# Disaggregated serving rows (present with serving.disaggregation):
+# TTFT = prefill queue + prefill + decode queue + KV transfer.
+_builtin("prefill_workers", "prefill workers", "count", table="hierarchy")
+_builtin("decode_workers", "decode workers", "count", table="hierarchy")
+_builtin("prefill_busy_fraction", "prefill GPU busy fraction", "fraction", table="hierarchy")
+_builtin("prefill_busiest_share", "busiest prefill worker (fair shares)", "", table="hierarchy")
+_builtin("ttft_decode_queue_mean_s", "TTFT decode queue mean (s)", "s", table="hierarchy")
+_builtin("ttft_kv_transfer_mean_s", "TTFT KV transfer mean (s)", "s", table="hierarchy")
+_builtin("ttft_kv_transfer_p99_s", "TTFT KV transfer p99 (s)", "s", table="hierarchy")
+_builtin("kv_transfer_bytes", "KV handed over (bytes)", "bytes", table="hierarchy")
+_builtin("decode_queue_s", "decode queue wait (s)", "s", table=None, axis="decode queue wait (s)")
+_builtin("kv_transfer_s", "KV transfer (s)", "s", table=None, axis="KV transfer time (s)")
 # Economics and request-table columns shown on figures' axes.
 _builtin("cost_per_million_tokens_usd", "cost per million tokens (USD)", "USD", table=None,
          axis="GPU cost per million tokens (USD)")

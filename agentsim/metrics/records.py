@@ -40,15 +40,40 @@ class RequestRecord:
     finish_s: float
     slo_met: bool
     rejected: bool
-    # Memory hierarchy (TTFT = queue_wait + load_wait + prefill; hit tokens by serving tier).
+    # Memory hierarchy (TTFT = queue_wait + load_wait + prefill). Hit tokens by serving tier are
+    # TierHitRecord rows, joined on as hit_tokens_<tier> columns by with_tier_hit_columns.
     load_wait_s: float = float("nan")
     prefill_s: float = float("nan")
-    hit_tokens_hbm: int = 0
-    hit_tokens_peer_hbm: int = 0
-    hit_tokens_dram: int = 0
-    hit_tokens_disk: int = 0
-    hit_tokens_remote: int = 0
     loaded_bytes: float = 0.0
+    # Engine-style KV admission: times this call was preempted (all kinds, and by swapping its
+    # KV to DRAM), the tokens its preemptions made it compute again, and its time in the
+    # waiting queue by cause (they sum to the time it waited there, re-queues included), then
+    # from admission to its first prefill chunk (nan: it needed none).
+    preemptions: int = 0
+    swap_preemptions: int = 0
+    preempted_recompute_tokens: int = 0
+    queue_slot_s: float = 0.0
+    queue_kv_s: float = 0.0
+    queue_load_s: float = 0.0
+    queue_step_s: float = 0.0
+    queue_chunk_s: float = float("nan")
+    # Disaggregated serving (TTFT = queue_wait + prefill + decode_queue + kv_transfer): the
+    # prefill worker (-1: aggregated), the decode worker's own cached prefix, the KV hand-off.
+    prefill_worker: int = -1
+    decode_hit_tokens: int = 0
+    kv_transfer_bytes: float = 0.0
+    decode_queue_s: float = float("nan")
+    kv_transfer_s: float = float("nan")
+
+
+@dataclass(slots=True)
+class TierHitRecord:
+    """Tokens of one request's prompt served by one tier kind (rows only for tiers that served
+    some): long form, so a new tier kind needs no new field anywhere."""
+
+    request_id: int
+    tier: str
+    hit_tokens: int
 
 
 @dataclass(slots=True)
@@ -63,6 +88,26 @@ class OccupancySample:
     pinned_blocks: int
     running_requests: int
     waiting_requests: int
+
+
+def with_tier_hit_columns(requests: pd.DataFrame, tier_hits: pd.DataFrame, tiers) -> pd.DataFrame:
+    """``requests`` with one int64 ``hit_tokens_<tier>`` column per name in ``tiers`` (in that
+    order, after ``prefill_s``), summed from the long-form ``tier_hits`` rows (TierHitRecord);
+    0 where a request has no row for a tier."""
+    at = requests.columns.get_loc("prefill_s") + 1
+    if len(tier_hits) and len(requests):
+        wide = tier_hits.pivot_table(index="request_id", columns="tier", values="hit_tokens", aggfunc="sum", fill_value=0)
+        wide = wide.reindex(requests["request_id"].to_numpy())
+    else:
+        wide = None
+    out = requests.copy() if len(requests.columns) else requests
+    for offset, tier in enumerate(tiers):
+        if wide is not None and tier in wide.columns:
+            values = wide[tier].fillna(0).to_numpy(dtype=np.int64)
+        else:
+            values = np.zeros(len(requests), dtype=np.int64)
+        out.insert(at + offset, f"hit_tokens_{tier}", values)
+    return out
 
 
 def columns(record_type) -> list[str]:

@@ -11,13 +11,14 @@ fit now waits (FCFS, head of line).
 per-tier breakdown of the matched prefix, and its load rule
 (:data:`~agentsim.cluster.serving.load_rules.LOAD_RULES`, cost-model comparison by default)
 picks how much of the below-HBM part to load rather than recompute. Loaded blocks are reserved
-in HBM with the rest; the instance runs the load. Peer HBM hits (another instance of the NVLink
-domain) come over NVLink. With a prefetcher or return prefetches, requests not ready yet are
+in HBM with the rest; the instance runs the load. Peer HBM hits come over NVLink from an
+instance of the same NVLink domain, over both NICs from another rack (``host.peer_links``); hits
+in another instance's share of a shared remote store over the store link and the NIC. With a prefetcher or return prefetches, requests not ready yet are
 skipped (others behind them may be scheduled).
 
 An admission object uses of its instance: ``env``, ``cache``, ``cost``, ``block_tokens``,
 ``waiting``, ``batch``, ``max_batch``, ``on_finish``, and for the tiered kind also ``links``,
-``peers``, ``load_rule``, ``prefetcher``, ``tool_gap``, ``tier_stats`` and ``start_load()``.
+``peers``, ``peer_links``, ``store_peers``, ``store_tier``, ``load_rule``, ``prefetcher``, ``tool_gap``, ``tier_stats`` and ``start_load()``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 from agentsim.cache.tiers import TieredCache
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.serving.batch import Running
-from agentsim.cluster.serving.movement import below_hbm_segments
+from agentsim.cluster.serving.movement import below_hbm_segments, tier_prefix_blocks
 from agentsim.cluster.serving.queue_causes import KV, LOAD, SLOT, STEP
 
 
@@ -36,6 +37,20 @@ def demand(req: LLMRequest, block_tokens: int) -> tuple[list[int], int, int]:
         return req.prompt_keys, req.prompt_tokens, req.output_tokens
     tokens = req.resume_tokens
     return req.total_keys[:tokens // block_tokens], tokens, req.resume_output_left
+
+
+def newly_pinned_blocks(node, hbm_only: bool) -> int:
+    """Blocks on the path of ``node``, just pinned once, that no other pin held before.
+
+    A node's pin count is at least its children's (a pin covers the whole path), so the nodes
+    pinned only by this pin are a run from ``node`` upwards. ``hbm_only``: count the
+    HBM-resident nodes of a tiered cache only."""
+    blocks = 0
+    while node.parent is not None and node.lock_ref == 1:
+        if not hbm_only or node.entries[0] is not None:
+            blocks += len(node.keys)
+        node = node.parent
+    return blocks
 
 
 class Admission:
@@ -49,6 +64,8 @@ class Admission:
         raise NotImplementedError
 
     def _reject(self, req: LLMRequest, now: float) -> None:
+        if req.background:
+            self.host.background_active -= 1
         req.rejected = True
         req.finish_s = now
         self.host.on_finish(req)
@@ -62,6 +79,8 @@ class Admission:
             req.admitted_s = now
         if req.resume_output_left >= 0:
             resume(req, state, sequence_tokens)
+        elif req.prefill_worker >= 0 and host.kv_handoff is not None:
+            host.kv_handoff.receive(state)   # a prefill worker computed the prompt: its KV comes over
 
 
 def resume(req: LLMRequest, state: Running, sequence_tokens: int) -> None:
@@ -85,7 +104,7 @@ def resume(req: LLMRequest, state: Running, sequence_tokens: int) -> None:
             trimmed -= take
             if not trimmed:
                 break
-    req.preempted_recompute_tokens += max(0, req.resume_tokens - hit)
+    req.preempted_recompute_tokens += max(0, req.resume_computed_tokens - hit)
     state.prefill_left = sequence_tokens - hit
     state.output_left = req.resume_output_left
     state.resumed = True
@@ -126,7 +145,8 @@ class PlainAdmission(Admission):
             hit_tokens = cached * block_tokens
             if tokens - 1 < hit_tokens:
                 hit_tokens = tokens - 1
-            if not rule.admits(need, tokens - hit_tokens, output_left, total_blocks - cached - need) \
+            if not rule.admits(need, tokens - hit_tokens, output_left, total_blocks - cached - need,
+                               newly_pinned_blocks(match.node, False)) \
                     or not cache.reserve(need, now):
                 cache.unpin(match.node)
                 return KV
@@ -225,28 +245,54 @@ class TieredAdmission(Admission):
                     segments = segments[:cut]
                     break
         matched_blocks = hbm_blocks + sum(seg[1] for seg in segments)
-        # Peer HBM (same NVLink domain) may hold more of the prompt than this instance has.
+        # Another instance's HBM may hold more of the prompt than this instance has; the first
+        # peer with the longest match is the source (peers list the same NVLink domain first).
         peer_blocks = 0
+        peer_links = None
         if host.peers and host.links is not None:
             best = 0
+            source = None
             for peer in host.peers:
-                best = max(best, peer.cache.peek(keys)[0])
+                held = peer.cache.peek(keys)[0]
+                if held > best:
+                    best, source = held, peer
             if best > matched_blocks:
                 peer_blocks = best - matched_blocks
+                peer_links = host.peer_links.get(source.instance_id)
+        # A shared remote store: another instance's share may hold more of the prompt.
+        store_blocks = 0
+        if host.store_peers and prefetcher is None:  # with a prefetch policy the store is reached by prefetch only
+            tier = host.store_tier
+            best = 0
+            for peer in host.store_peers:
+                held = tier_prefix_blocks(peer.cache, keys, tier)
+                if held > best:
+                    best = held
+            if best > matched_blocks:
+                store_blocks = best - matched_blocks
         usable = max(0, (tokens - 1) // bt)  # at least one token is computed
-        # Options: load the first k segments (peer blocks count as a last segment).
+        # Options: load the first k segments; blocks from another instance (its HBM, or its
+        # share of a shared store: the longer run, HBM on a tie) count as a last segment.
         names = [cache.tiers[seg[0]].name for seg in segments]
         sizes = [seg[1] for seg in segments]
-        if peer_blocks and len(segments) == len(sizes) and sum(sizes) + hbm_blocks == matched_blocks:
-            names.append("peer_hbm")
-            sizes.append(peer_blocks)
+        extra_name, extra_blocks = None, 0
+        if peer_blocks and peer_blocks >= store_blocks:
+            extra_name, extra_blocks = "peer_hbm", peer_blocks
+        elif store_blocks:
+            extra_name, extra_blocks = "remote", store_blocks
+        if extra_name is not None:
+            names.append(extra_name)
+            sizes.append(extra_blocks)
         options = []
         load_s = 0.0
         loaded = hbm_blocks
         top = min(usable, hbm_blocks + sum(sizes))
         for k in range(len(sizes) + 1):
             if k:
-                load_s += self._load_estimate_s(names[k - 1], sizes[k - 1])
+                if k > len(segments) and extra_name == "peer_hbm" and peer_links:
+                    load_s += max(link.estimate_s(sizes[k - 1] * host.block_bytes) for link in peer_links)
+                else:
+                    load_s += self._load_estimate_s(names[k - 1], sizes[k - 1])
                 loaded += sizes[k - 1]
             rest = max(0, min(top, usable) - min(loaded, top))
             recompute_s = cost.prefill_s(rest * bt, min(loaded, top) * bt)
@@ -257,10 +303,11 @@ class TieredAdmission(Admission):
         load_blocks = cache.begin_load(deepest) if local_k else 0
         cache.pin(deepest)
         need = host.kv_rule.blocks_at_admission(tokens, total_blocks) - hbm_blocks
-        peer_used = peer_blocks if k > len(segments) else 0
+        extra_used = extra_blocks if k > len(segments) else 0
         cached = hbm_blocks + load_blocks
-        hit_tokens = min((cached + peer_used) * bt, tokens - 1)
-        if not host.kv_rule.admits(need, tokens - hit_tokens, output_left, total_blocks - hbm_blocks - need) \
+        hit_tokens = min((cached + extra_used) * bt, tokens - 1)
+        if not host.kv_rule.admits(need, tokens - hit_tokens, output_left, total_blocks - hbm_blocks - need,
+                                   newly_pinned_blocks(deepest, True)) \
                 or not cache.reserve(need, now):
             cache.unpin(deepest)
             if load_blocks:
@@ -278,14 +325,19 @@ class TieredAdmission(Admission):
         tier_hits["hbm"] = min(hbm_blocks * bt, hit_tokens)
         remaining = hit_tokens - tier_hits["hbm"]
         jobs = []
+        swapped_back = req.resume_output_left >= 0 and req.swap_preemptions > 0
         for seg, name in zip(segments[:local_k], names):
             take = min(seg[1] * bt, remaining)
             tier_hits[name] = tier_hits.get(name, 0) + take
             remaining -= take
             jobs.append((name, seg[1]))
-        if peer_used:
-            tier_hits["peer_hbm"] = remaining
-            jobs.append(("peer_hbm", peer_used))
+            if swapped_back and name == "dram":
+                host.kv_stats["swapped_in_blocks"] += seg[1]
+        if extra_used:
+            tier_hits[extra_name] = tier_hits.get(extra_name, 0) + remaining
+            jobs.append((extra_name, extra_used))
+            if extra_name == "remote":
+                host.tier_stats["shared_store_hit_blocks"] += extra_used
         if pf is not None:
             # Prefetched blocks are served from DRAM but came from a lower tier: count them there.
             for origin, blocks in pf.staged.items():
@@ -300,5 +352,5 @@ class TieredAdmission(Admission):
             state.loaded = False
         host.batch.join(state)
         if jobs:
-            host.start_load(state, deepest, load_blocks, jobs)
+            host.start_load(state, deepest, load_blocks, jobs, peer_links if extra_name == "peer_hbm" else None)
         return True

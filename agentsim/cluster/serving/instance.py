@@ -28,9 +28,9 @@ from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.serving.admission import PlainAdmission, TieredAdmission
 from agentsim.cluster.serving.batch import Batch, Running
 from agentsim.cluster.serving.kv_admission import KvAdmissionRule, VllmOnDemand
-from agentsim.cluster.serving.kv_growth import KvGrowth
+from agentsim.cluster.serving.kv_growth import KV_STATS, KvGrowth
 from agentsim.cluster.serving.load_rules import CostModelRule, LoadRule
-from agentsim.cluster.serving.movement import load_along_path
+from agentsim.cluster.serving.movement import load_along_path, stream_through
 from agentsim.cluster.serving.prefetch import Prefetcher
 from agentsim.cluster.serving.queue_causes import QueueCauses
 from agentsim.cluster.serving.toolgap import ToolGapMover
@@ -62,7 +62,8 @@ class ServingInstance:
                  block_tokens: int, max_batch_requests: int, prefill_chunk_tokens: int,
                  on_finish: Callable[[LLMRequest], None], check_invariants: bool = False,
                  links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None,
-                 tiers_config=None, kv_rule: KvAdmissionRule | None = None, preemption: str = "recompute"):
+                 tiers_config=None, kv_rule: KvAdmissionRule | None = None, preemption: str = "recompute",
+                 long_prefill_tokens: int | None = None):
         self.env = env
         self.instance_id = instance_id
         self.cache = cache
@@ -70,9 +71,14 @@ class ServingInstance:
         self.block_tokens = block_tokens
         self.max_batch = max_batch_requests
         self.chunk_tokens = prefill_chunk_tokens
+        #: Cap on one request's share of an iteration's budget while others prefill too (0: none).
+        self.long_prefill_tokens = long_prefill_tokens or 0
         self.on_finish = on_finish
         self.check_invariants = check_invariants
         self.waiting: deque[LLMRequest] = deque()
+        #: Background prefills (prefill-ahead): admitted only when no live request waits.
+        self.background: deque[LLMRequest] = deque()
+        self.background_active = 0        # queued or running background prefills
         self.batch = Batch()
         self.busy_s = 0.0
         self.iterations = 0
@@ -82,7 +88,13 @@ class ServingInstance:
         self.links = links
         self.load_rule = load_rule if load_rule is not None else CostModelRule()
         self.overlap_layers = overlap_layers
-        self.peers = peers or []          # instances of the same NVLink domain (peer-HBM hits)
+        self.peers = peers or []          # other instances, same NVLink domain first (peer-HBM hits)
+        #: Links a peer-HBM load from instance id crosses, all at once (NVLink ingress inside the
+        #: domain, both NICs across racks); set with ``peers`` by the hierarchy.
+        self.peer_links: dict[int, list] = {}
+        #: A shared remote store: the other instances, whose share (tier ``store_tier``) it reads.
+        self.store_peers: list = []
+        self.store_tier = -1
         self.loading = 0
         self.block_bytes = block_tokens * cost.kv_bytes_per_token
         if self.tiered and links is not None:
@@ -95,7 +107,8 @@ class ServingInstance:
         self.tool_gap: ToolGapMover | None = None
         self.tier_stats = {"prefetches": 0, "prefetch_wanted_blocks": 0, "prefetch_staged_blocks": 0,
                            "prefetch_served_tokens": 0, "tool_demoted_blocks": 0, "return_prefetches": 0,
-                           "return_prefetched_blocks": 0, "return_prefetch_failed": 0, "return_waits": 0}
+                           "return_prefetched_blocks": 0, "return_prefetch_failed": 0, "return_waits": 0,
+                           "shared_store_hit_blocks": 0}
         if self.tiered and tiers_config is not None and links is not None:
             names = [tier.name for tier in cache.tiers]
             if tiers_config.prefetch.policy != "none" and len(names) > 2 and names[1] == "dram":
@@ -110,11 +123,14 @@ class ServingInstance:
         self.kv_rule = kv_rule if kv_rule is not None else VllmOnDemand(None, block_tokens)
         self.swap_preemption = (preemption == "swap" and self.tiered and len(cache.tiers) > 1
                                 and cache.tiers[1].name == "dram")
-        self.kv_stats = {"preemptions": 0, "recompute_preemptions": 0, "swap_preemptions": 0, "swapped_out_blocks": 0}
+        self.kv_stats = dict.fromkeys(KV_STATS, 0)
         self.growth = KvGrowth(self) if self.kv_rule.grows else None
         if self.growth is not None:
             self.batch.decoding.on_add = self.growth.track
         self.queue_causes = QueueCauses()
+        #: Disaggregated decode worker: receives the prompt's KV from a prefill worker instead of
+        #: computing it (:class:`~agentsim.cluster.serving.disaggregation.KvHandoff`); None otherwise.
+        self.kv_handoff = None
         self.process = env.process(self._loop())
 
     # --- interface for the router ----------------------------------------------------------
@@ -137,9 +153,29 @@ class ServingInstance:
         return len(self.waiting) + len(self.batch.running)
 
     def requeue(self, request: LLMRequest) -> None:
-        """Put a preempted request back at the front of the waiting queue."""
+        """Put a preempted request back at the front of the waiting queue (its own queue for a
+        background prefill)."""
         request.queue_mark = self.queue_causes.mark(self.env.now)
-        self.waiting.appendleft(request)
+        (self.background if request.background else self.waiting).appendleft(request)
+
+    def submit_background(self, request: LLMRequest) -> None:
+        """Queue a low-priority prefill (``request.background``): it is admitted only while no
+        live request waits, and prefills after every live request of an iteration."""
+        request.instance = self.instance_id
+        request.queue_mark = self.queue_causes.mark(self.env.now)
+        self.background.append(request)
+        self.background_active += 1
+        if not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def cancel_background(self, request: LLMRequest) -> bool:
+        """Drop a background prefill that has not been admitted yet; False if it has."""
+        try:
+            self.background.remove(request)
+        except ValueError:
+            return False
+        self.background_active -= 1
+        return True
 
     def wake(self) -> None:
         """Let the batch loop reconsider the waiting requests (a hold may have ended)."""
@@ -149,7 +185,15 @@ class ServingInstance:
     def _admit(self) -> None:
         """Admit waiting requests while they fit (the admission object decides); the cause
         that stopped it is what the rest of the queue now waits for."""
-        self.queue_causes.set(self.admission.admit(), self.env.now)
+        cause = self.admission.admit()
+        if self.background and not self.waiting and len(self.batch.running) < self.max_batch:
+            # The admission rules work on ``waiting``: hand them the background queue alone.
+            live, self.waiting = self.waiting, self.background
+            try:
+                self.admission.admit()
+            finally:
+                self.background, self.waiting = self.waiting, live
+        self.queue_causes.set(cause, self.env.now)
 
     # --- memory hierarchy ---------------------------------------------------------------------
     def _on_cache_transfer(self, src: str, dst: str, n_blocks: int) -> None:
@@ -158,15 +202,21 @@ class ServingInstance:
         if link is not None:
             link.transfer(n_blocks * self.block_bytes)
 
-    def start_load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]]) -> None:
-        """Run an admitted request's load of ``jobs`` ((tier name, blocks)) into HBM."""
+    def start_load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]],
+                   peer_links: list | None = None) -> None:
+        """Run an admitted request's load of ``jobs`` ((tier name, blocks)) into HBM; a
+        ``peer_hbm`` job streams through ``peer_links`` (the source peer's path)."""
         self.loading += 1
-        self.env.process(self._load(state, deepest, load_blocks, jobs))
+        self.env.process(self._load(state, deepest, load_blocks, jobs, peer_links))
 
-    def _load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]]):
+    def _load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]],
+              peer_links: list | None = None):
         """Move the chosen blocks up (all sources in parallel; disk/remote stage through DRAM)."""
         env = self.env
-        procs = [env.process(load_along_path(self.links, name, n_blocks * self.block_bytes)) for name, n_blocks in jobs]
+        procs = [env.process(stream_through(env, peer_links, n_blocks * self.block_bytes)
+                             if name == "peer_hbm" and peer_links else
+                             load_along_path(self.links, name, n_blocks * self.block_bytes))
+                 for name, n_blocks in jobs]
         yield simpy.AllOf(env, procs)
         now = env.now
         if load_blocks:
@@ -174,6 +224,13 @@ class ServingInstance:
         req = state.req
         req.loaded_bytes = sum(n for _, n in jobs) * self.block_bytes
         req.load_done_s = now
+        self.kv_arrived(state)
+
+    def kv_arrived(self, state: Running) -> None:
+        """The KV ``state`` waited for is in HBM (a load from a lower tier, or a prefill worker's
+        hand-off): it prefills what is left, or, with nothing left, has its first token now."""
+        now = self.env.now
+        req = state.req
         state.loaded = True
         self.loading -= 1
         if state.prefill_left == 0:  # overlapped prefill already finished: first token now
@@ -200,6 +257,16 @@ class ServingInstance:
         else:
             keys = req.total_keys[state.cached_blocks:]
         node = self.cache.commit(state.node, keys, state.cached_blocks, state.reserved_blocks, now)
+        if req.background:
+            # A prefill ahead of the agent's next call: no agent pause begins here.
+            self.background_active -= 1
+            if req.keep_pin:
+                req.held_node = node
+            else:
+                self.cache.unpin(node)
+            req.finish_s = now
+            self.on_finish(req)
+            return
         if self.before_unpin is not None:
             # Agentic policies (TTL-pin, InferCept, KVFlow) see the paused agent's deepest node
             # while the request still pins it, so a TTL-pin can take over without a gap.
@@ -245,6 +312,10 @@ class ServingInstance:
                     continue
             else:
                 prefilling = batch.prefilling
+            if self.background_active and len(prefilling) > 1:
+                # Live prefills take the iteration's token budget first.
+                prefilling = ([s for s in prefilling if not s.req.background]
+                              + [s for s in prefilling if s.req.background])
             covered = 0
             if growth is not None and decoding.count:
                 # The decoding requests need blocks for the coming step(s); preempting changes
@@ -270,10 +341,15 @@ class ServingInstance:
         chunks = []        # (state, new tokens)
         work = []          # (new tokens, context before the chunk): what the step timer needs
         start = env.now
+        # With several prompts prefilling, each takes at most ``cap`` tokens, so the budget left
+        # reaches the ones behind a long cold prefill (vLLM's long_prefill_token_threshold).
+        cap = self.long_prefill_tokens if len(prefilling) > 1 else 0
         for state in prefilling:
             if budget <= 0:
                 break
             n = budget if budget < state.prefill_left else state.prefill_left  # min(prefill_left, budget)
+            if cap and n > cap:
+                n = cap
             budget -= n
             chunks.append((state, n))
             work.append((n, state.context_tokens))

@@ -53,6 +53,8 @@ class KvAdmissionRule:
 
     #: False: every output block is reserved at admission and decode never needs a block.
     grows = True
+    #: True: the engine calls its preemptions retractions (counted as such as well).
+    retracts = False
 
     def __init__(self, serving=None, block_tokens: int = 16):
         self.serving = serving
@@ -67,10 +69,13 @@ class KvAdmissionRule:
         """An admission pass starts; False: admit nothing now."""
         return True
 
-    def admits(self, new_blocks: int, extend_tokens: int, output_left: int, blocks_to_completion: int) -> bool:
+    def admits(self, new_blocks: int, extend_tokens: int, output_left: int, blocks_to_completion: int,
+               newly_pinned_blocks: int = 0) -> bool:
         """Whether a request may join now: ``new_blocks`` to reserve now, ``extend_tokens`` to
         prefill, ``output_left`` output tokens to produce, ``blocks_to_completion`` blocks it
-        will still need after these. Admitting it is assumed to follow when True."""
+        will still need after these, ``newly_pinned_blocks`` cached blocks its match pinned
+        that were evictable when the pass began (no longer free once it runs). Admitting it is
+        assumed to follow when True."""
         return True
 
     def on_decode_steps(self, steps: int) -> None:
@@ -116,6 +121,8 @@ class VllmOnDemand(KvAdmissionRule):
 
 @KV_ADMISSION.register("sglang")
 class SglangNewTokenRatio(KvAdmissionRule):
+    retracts = True
+
     def __init__(self, serving=None, block_tokens=16):
         super().__init__(serving, block_tokens)
         self.init_ratio = serving.init_new_token_ratio if serving is not None else 0.7
@@ -135,10 +142,14 @@ class SglangNewTokenRatio(KvAdmissionRule):
         self._budget_tokens = (cache.capacity_blocks - cache.pinned_blocks()) * self.block_tokens - reserved
         return True
 
-    def admits(self, new_blocks, extend_tokens, output_left, blocks_to_completion):
+    def admits(self, new_blocks, extend_tokens, output_left, blocks_to_completion, newly_pinned_blocks=0):
+        # SGLang locks the request's prefix before the check, which takes it out of the
+        # evictable tokens the budget is made of.
+        self._budget_tokens -= newly_pinned_blocks * self.block_tokens
         clip = SGLANG_CLIP_MAX_NEW_TOKENS
         total = extend_tokens + (output_left if output_left < clip else clip)
         if total >= self._budget_tokens:
+            self._budget_tokens += newly_pinned_blocks * self.block_tokens   # unlocked again
             return False
         self._budget_tokens -= total
         return True
@@ -196,8 +207,10 @@ class TrtllmGuaranteedNoEvict(KvAdmissionRule):
         self._free_blocks = cache.capacity_blocks - cache.pinned_blocks() - owed
         return True
 
-    def admits(self, new_blocks, extend_tokens, output_left, blocks_to_completion):
-        need = new_blocks + blocks_to_completion
+    def admits(self, new_blocks, extend_tokens, output_left, blocks_to_completion, newly_pinned_blocks=0):
+        # Its cached prefix, evictable when the pass began, is held from now on too: without
+        # it the guarantee breaks and decode runs out of blocks.
+        need = new_blocks + blocks_to_completion + newly_pinned_blocks
         if need > self._free_blocks:
             return False
         self._free_blocks -= need

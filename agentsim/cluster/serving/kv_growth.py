@@ -21,6 +21,12 @@ import heapq
 
 from agentsim.cluster.serving.batch import Running
 
+#: An instance's KV admission counters (``ServingInstance.kv_stats``): preemptions of every
+#: kind, those recomputing and those swapping to DRAM, the blocks swapped out and loaded back
+#: in on re-admission, and the preemptions that are SGLang retractions.
+KV_STATS = ("preemptions", "recompute_preemptions", "swap_preemptions", "swapped_out_blocks", "swapped_in_blocks",
+            "retractions")
+
 #: Blocks a growth step adds at most per request (ahead of need): bounds both the events per
 #: decoded token and the KV held ahead of need (vLLM allocates exactly per step).
 GROWTH_HORIZON_BLOCKS = 4
@@ -99,7 +105,12 @@ class KvGrowth:
         bt = host.block_tokens
         req = state.req
         host.batch.remove(state)
-        computed = state.context_tokens      # prompt + output so far (materialised by remove)
+        # Tokens whose KV it computed (materialised by remove), and the sequence it must have
+        # computed before producing its next token: the same for a decoding request (prompt and
+        # output so far), but a request preempted mid-prefill still owes the rest of its prompt
+        # (or of its re-prefill), ``prefill_left``; resuming from ``computed`` alone would drop it.
+        computed = state.context_tokens
+        sequence = computed + state.prefill_left
         admission = getattr(cache, "admission", None)
         keys = req.prompt_keys if admission is not None and not admission.caches_decode else req.total_keys
         full = computed // bt
@@ -110,6 +121,8 @@ class KvGrowth:
         cache.unpin(node)
         stats = host.kv_stats
         stats["preemptions"] += 1
+        if host.kv_rule.retracts:
+            stats["retractions"] += 1
         req.preemptions += 1
         if host.swap_preemption:
             swapped = cache.swap_out_path(node, now, reason="preempt_swap")
@@ -118,7 +131,8 @@ class KvGrowth:
             req.swap_preemptions += 1
         else:
             stats["recompute_preemptions"] += 1
-        req.resume_tokens = computed
+        req.resume_tokens = sequence
+        req.resume_computed_tokens = computed
         req.resume_output_left = state.output_left
         host.requeue(req)
         if host.check_invariants:

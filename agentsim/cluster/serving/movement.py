@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agentsim.cache.radix import _common_prefix
 from agentsim.cache.tiers import TieredCache
 
 
@@ -31,3 +32,35 @@ def load_along_path(links, tier_name: str, size_bytes: float):
     (disk and remote stage through DRAM)."""
     for link in links.load_path(tier_name):
         yield link.transfer(size_bytes)
+
+
+def stream_through(env, links, size_bytes: float):
+    """SimPy process body: move ``size_bytes`` through every link in ``links`` at once (a network
+    transfer streams through the sender's and the receiver's NIC together), so it takes as long
+    as its slowest link: latency + bytes / that link's current share of its bandwidth."""
+    if len(links) == 1:
+        yield links[0].transfer(size_bytes)
+    else:
+        yield env.all_of([link.transfer(size_bytes) for link in links])
+
+
+def tier_prefix_blocks(cache: TieredCache, keys: list[int], tier: int) -> int:
+    """Prefix blocks of ``keys`` resident in tier ``tier`` of ``cache`` (each tier is
+    prefix-closed, so the walk stops at the first node without a copy there); changes nothing.
+    A shared remote store's reader asks this of every other instance's share."""
+    node = cache.root
+    pos = 0
+    n = len(keys)
+    while pos < n:
+        child = node.children.get(keys[pos])
+        if child is None or child.entries[tier] is None:
+            break
+        run = child.keys
+        length = len(run)
+        if keys[pos:pos + length] == run:
+            pos += length
+        else:
+            pos += _common_prefix(run, keys, pos)
+            break
+        node = child
+    return pos

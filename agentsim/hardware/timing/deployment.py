@@ -64,7 +64,7 @@ class Deployment:
 
     def key(self, package_version: str) -> str:
         """Cache key: this deployment plus the database package version."""
-        blob = json.dumps({"deployment": asdict(self), "package": package_version, "format": 1}, sort_keys=True)
+        blob = json.dumps({"deployment": asdict(self), "package": package_version, "format": 2}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
     def describe(self) -> str:

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 from agentsim.errors import InputError
 from agentsim.hardware.timing.deployment import Deployment, canonical_model
+from agentsim.hardware.timing.precision_fallback import nearest_precision
 from agentsim.hardware.timing.roofline import ENGINE_OVERHEAD_S, RooflineTimer
 from agentsim.hardware.timing.tables import StepTables, TimingDataUnavailable, load_or_build
 from agentsim.hardware.timing.tabulated import TabulatedTimer
 
-_BUILT: dict[Deployment, StepTables | TimingDataUnavailable] = {}
+_BUILT: dict[Deployment, tuple[StepTables, list[str]] | TimingDataUnavailable] = {}
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,33 @@ def deployment_of(scenario, max_context_tokens: int | None = None) -> Deployment
         max_context_tokens=max_context_tokens or max(contexts + [8192]))
 
 
-def _tables(deployment: Deployment) -> StepTables:
+#: Most precision substitutions tried for one deployment (one per operation kind).
+_MAX_SUBSTITUTIONS = 3
+
+
+def _build_nearest(deployment: Deployment) -> tuple[StepTables, list[str]]:
+    """Tables of ``deployment``, or of the nearest precisions the databases have (with what was
+    substituted); raises the first TimingDataUnavailable when no substitution helps."""
+    substitutions: list[str] = []
+    first_error = None
+    candidate = deployment
+    for _ in range(_MAX_SUBSTITUTIONS + 1):
+        try:
+            return load_or_build(candidate), substitutions
+        except TimingDataUnavailable as exc:
+            first_error = first_error or exc
+            nearer = nearest_precision(candidate, str(exc))
+            if nearer is None:
+                break
+            candidate, note = nearer
+            substitutions.append(note)
+    raise first_error
+
+
+def _tables(deployment: Deployment) -> tuple[StepTables, list[str]]:
     if deployment not in _BUILT:
         try:
-            _BUILT[deployment] = load_or_build(deployment)
+            _BUILT[deployment] = _build_nearest(deployment)
         except TimingDataUnavailable as exc:
             _BUILT[deployment] = exc
     built = _BUILT[deployment]
@@ -119,14 +143,15 @@ def build_timer(scenario, max_context_tokens: int | None = None):
     if reason is None:
         deployment = deployment_of(scenario, max_context_tokens)
         try:
-            tables = _tables(deployment)
+            tables, substitutions = _tables(deployment)
         except TimingDataUnavailable as exc:
             reason = str(exc)
         else:
             _, _, dp, _, _ = parallelism(scenario)
             timer = TabulatedTimer(tables, scenario.model.kv_bytes_per_token, scenario.serving.batch_tokens(),
                                    attention_dp=dp, overhead_s=ENGINE_OVERHEAD_S[scenario.serving.engine])
-            return timer, TimingChoice("measured", tables.provenance, deployment.describe())
+            reason = "; ".join([tables.provenance, *substitutions])
+            return timer, TimingChoice("measured", reason, deployment.describe())
     if mode == "measured":
         raise InputError(f"serving.timing is measured but {reason}", location="serving.timing")
     return roofline_timer(scenario), TimingChoice("roofline", f"measured timing unavailable: {reason}",

@@ -68,7 +68,7 @@ def detect_format(path: str | Path) -> str:
             obj = obj[0]
         if isinstance(obj, dict):
             keys = set(obj)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         # A long single-line or pretty-printed object: look for top-level key names instead.
         keys = set(re.findall(r'"([A-Za-z_]+)"\s*:', text[:8192]))
     if "requests" in keys or "hash_id_scope" in keys:

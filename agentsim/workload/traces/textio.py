@@ -17,6 +17,7 @@ from typing import Iterator
 import orjson
 
 from agentsim.errors import InputError
+from agentsim.input_files import require_regular_file
 
 GZIP_MAGIC = b"\x1f\x8b"
 #: Bytes of decompressed text looked at to detect a format.
@@ -24,6 +25,9 @@ PEEK_BYTES = 1 << 16
 
 
 def _open_binary(path: Path):
+    if path.exists() and not path.is_dir():
+        # A named pipe would block open() until a writer comes and a device never ends.
+        require_regular_file(path, "trace file")
     try:
         raw = open(path, "rb")
     except FileNotFoundError:
@@ -112,21 +116,33 @@ def peek_text(path: str | Path, n_bytes: int = PEEK_BYTES) -> str:
     return text
 
 
+def loads_json(text: str, path: Path | str, where: str | None) -> object:
+    """``json.loads(text)``; malformed or too deeply nested JSON is an InputError at ``where``.
+
+    The standard decoder recurses once per nesting level, so ``[[[[...]]]]`` 200,000 deep raises
+    RecursionError; no trace record nests more than a few levels."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON ({exc.msg} at column {exc.colno})", str(path),
+                         f"line {exc.lineno}" if where is None else where) from None
+    except RecursionError:
+        raise InputError("JSON nested too deeply to be a trace record", str(path), where) from None
+
+
 def parse_json_line(path: Path | str, lineno: int, line: str) -> dict:
     """Parse one JSONL record; it must be a JSON object.
 
     orjson parses a Mooncake line about twice as fast as the standard library (trace reading is
-    most of a cache-only ``agentsim replay``). A line orjson refuses is parsed again by the
-    standard library, which accepts what orjson does not (``NaN``, integers beyond 64 bits: the
-    field checks then name the field) and words the error exactly as before.
+    most of a cache-only ``agentsim replay``). A line orjson refuses (it also refuses nesting
+    deeper than 1,024) is parsed again by the standard library, which accepts what orjson does
+    not (``NaN``, integers beyond 64 bits: the field checks then name the field) and words the
+    error exactly as before.
     """
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"malformed JSON ({exc.msg} at column {exc.colno})", str(path), f"line {lineno}") from None
+        record = loads_json(line, path, f"line {lineno}")
     if not isinstance(record, dict):
         raise InputError(f"expected a JSON object, got {type(record).__name__}", str(path), f"line {lineno}")
     return record

@@ -30,7 +30,7 @@ from agentsim.workload.traces.fields import (
 )
 from agentsim.workload.traces.jsonl import TraceOrderWarning
 from agentsim.workload.traces.records import SubAgent, TraceRequest, WekaSession
-from agentsim.workload.traces.textio import read_text
+from agentsim.workload.traces.textio import loads_json, read_text
 
 WEKA_BLOCK_TOKENS = 64
 #: Raw local ids must stay below this so namespaced keys never collide.
@@ -60,6 +60,8 @@ def _session_objects(path: Path) -> Iterator[tuple[int, dict]]:
         if exc.msg != "Extra data":
             raise InputError(f"malformed JSON ({exc.msg} at column {exc.colno})", str(path), f"line {exc.lineno}") from None
         data = None
+    except RecursionError:
+        raise InputError("JSON nested too deeply to be a trace record", str(path), "line 1") from None
     if data is not None:
         if isinstance(data, dict):
             yield 1, data
@@ -73,10 +75,7 @@ def _session_objects(path: Path) -> Iterator[tuple[int, dict]]:
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"malformed JSON ({exc.msg} at column {exc.colno})", str(path), f"line {lineno}") from None
+        item = loads_json(line, path, f"line {lineno}")
         if not isinstance(item, dict):
             raise InputError("expected a session JSON object", str(path), f"line {lineno}")
         yield lineno, item

@@ -1,0 +1,199 @@
+"""Disaggregated serving: prefill workers compute prompts, decode workers receive their KV and
+decode (NVIDIA Dynamo's disaggregated mode, SGLang's PD disaggregation, vLLM's NIXL connector).
+
+A call goes through two workers:
+
+1. the prefill router (the scenario's router over the prefill pool: KV-aware over the prefill
+   workers' caches by default) places a *prefill leg*: a copy of the call with one output token,
+   served by an ordinary :class:`~agentsim.cluster.serving.instance.ServingInstance` (queue,
+   chunked prefill, its own prefix cache, which keeps the prompt's blocks afterwards);
+2. when the leg's first token is out, the decode router (the same router kind over the decode
+   pool, seeing the decode workers' caches) places the call on a decode worker. Its admission
+   applies as usual (batch slots, the engine's KV admission rule, its own cached prefix of the
+   session); then, instead of prefilling, the worker waits for the prompt's KV, minus what it
+   already holds, to come over from the prefill worker (:class:`KvHandoff`), and emits the first
+   token when it has arrived.
+
+TTFT = prefill queue + prefill + decode queue + KV transfer. The call's hit and computed tokens
+are the prefill worker's (they decide the compute); the decode worker's own prefix only
+shortens the transfer (``decode_hit_tokens``).
+
+The transfer crosses the prefill worker's egress port and the decode worker's ingress port at
+once (:class:`HandoffPorts`): NVLink when both workers are in one NVLink domain, the NICs (RDMA)
+otherwise. Each port is a processor-sharing :class:`~agentsim.hardware.links.Link`, so
+concurrent hand-offs into one decode worker, or out of one prefill worker, share its bandwidth.
+
+Simplified on purpose: the decode worker is chosen when the prefill ends, not before (Dynamo
+picks it first and lets it allocate the blocks; here its KV admission runs when the KV is
+ready, and a full decode worker shows up as decode queueing); the KV moves as one transfer after
+the prefill, not layer by layer while it runs; the prefill worker's copy is not freed early
+(its cache keeps the blocks, as a prefix cache would).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+
+from agentsim.cluster.request import LLMRequest
+from agentsim.cluster.serving.batch import Running
+from agentsim.hardware.links import Link
+
+
+@dataclass(frozen=True)
+class WorkerPlacement:
+    """Where one worker's GPUs are: its first GPU and its NVLink domain."""
+
+    first_gpu: int
+    domain: int
+
+
+def place_pools(prefill_workers: int, prefill_gpus: int, decode_workers: int, decode_gpus: int,
+                domain_gpus: int) -> tuple[list[WorkerPlacement], list[WorkerPlacement]]:
+    """Prefill workers first, then decode workers, on consecutive GPUs numbered domain by domain.
+
+    A worker wider than what is left of a domain starts at the next domain (its GPUs must share
+    one NVLink domain); a worker wider than a whole domain spans several, numbered by its first."""
+    placements: list[list[WorkerPlacement]] = [[], []]
+    gpu = 0
+    for pool, (workers, gpus) in enumerate(((prefill_workers, prefill_gpus), (decode_workers, decode_gpus))):
+        for _ in range(workers):
+            left = domain_gpus - gpu % domain_gpus
+            if gpus <= domain_gpus and gpus > left:
+                gpu += left
+            placements[pool].append(WorkerPlacement(gpu, gpu // domain_gpus))
+            gpu += gpus
+    return placements[0], placements[1]
+
+
+class HandoffPorts:
+    """One worker's ports for KV hand-offs: NVLink and NIC, in one direction (egress on a prefill
+    worker, ingress on a decode worker), each its GPUs times the per-GPU bandwidth, times the
+    transfer engine's efficiency."""
+
+    def __init__(self, env: simpy.Environment, name: str, gpus: int, hw, efficiency: float):
+        self.nvlink = Link(env, f"{name}.nvlink", gpus * hw.nvlink_bytes_per_s * efficiency, hw.nvlink_latency_s, "nvlink")
+        self.nic = Link(env, f"{name}.nic", gpus * hw.nic_bytes_per_s * efficiency, hw.rdma_latency_s, "network")
+
+    def links(self) -> list[Link]:
+        return [self.nvlink, self.nic]
+
+
+def transfer_links(source: HandoffPorts, source_at: WorkerPlacement, dest: HandoffPorts,
+                   dest_at: WorkerPlacement) -> list[Link]:
+    """The links one hand-off crosses: NVLink inside a domain, the NICs between domains."""
+    if source_at.domain == dest_at.domain:
+        return [source.nvlink, dest.nvlink]
+    return [source.nic, dest.nic]
+
+
+class KvHandoff:
+    """The decode side of a hand-off, set as a decode instance's ``kv_handoff``.
+
+    The instance's admission calls :meth:`receive` for a call a prefill worker computed, after
+    its cache match and reservation and before the call joins the batch. Uses of its host:
+    ``env``, ``loading``, ``kv_arrived()`` and ``cost.kv_bytes_per_token``."""
+
+    def __init__(self, host, cluster: "DisaggregatedServing"):
+        self.host = host
+        self.cluster = cluster
+        self.transfers = 0
+        self.transferred_bytes = 0.0
+
+    def receive(self, state: Running) -> None:
+        req = state.req
+        host = self.host
+        now = host.env.now
+        own_hit = state.context_tokens        # the prefix this decode worker holds already
+        req.decode_hit_tokens = own_hit
+        req.decode_queue_s = now - req.prefill_done_s
+        # The prefill worker's hit and computed tokens are the call's (token conservation).
+        req.hit_tokens = req.prefill_hit_tokens
+        req.prefilled_tokens = req.prefill_computed_tokens
+        size_bytes = (req.prompt_tokens - own_hit) * host.cost.kv_bytes_per_token
+        req.kv_transfer_bytes = size_bytes
+        state.prefill_left = 0
+        state.context_tokens = req.prompt_tokens
+        state.loaded = False                   # the batch loop waits for it like for a load
+        host.loading += 1
+        self.transfers += 1
+        self.transferred_bytes += size_bytes
+        links = self.cluster.links_between(req.prefill_worker, host.instance_id)
+        host.env.process(self._transfer(state, links, size_bytes))
+
+    def _transfer(self, state: Running, links: list[Link], size_bytes: float):
+        env = self.host.env
+        start = env.now
+        yield simpy.AllOf(env, [link.transfer(size_bytes) for link in links])
+        state.req.kv_transfer_s = env.now - start
+        self.host.kv_arrived(state)
+
+
+class DisaggregatedServing:
+    """The front of a disaggregated cluster, in the router's place for the simulation:
+    :meth:`submit` each call, :meth:`on_finish` each finished or rejected one (decode side).
+
+    ``prefill_instances`` and ``decode_instances`` are numbered from 0 within their pool (each
+    pool's router indexes its workers by id); the prefill instances' ``on_finish`` must be
+    :meth:`prefill_finished`. ``on_rejected(call)`` is told of a call its prefill worker
+    rejected (it never reaches a decode worker)."""
+
+    def __init__(self, env: simpy.Environment, prefill_instances: list, decode_instances: list,
+                 prefill_router, decode_router, prefill_ports: list[HandoffPorts], decode_ports: list[HandoffPorts],
+                 prefill_at: list[WorkerPlacement], decode_at: list[WorkerPlacement]):
+        self.env = env
+        self.prefill_instances = prefill_instances
+        self.decode_instances = decode_instances
+        self.prefill_router = prefill_router
+        self.decode_router = decode_router
+        self.prefill_ports = prefill_ports
+        self.decode_ports = decode_ports
+        self.prefill_at = prefill_at
+        self.decode_at = decode_at
+        self.on_rejected = None
+        self.handoffs = []
+        for inst in decode_instances:
+            inst.kv_handoff = KvHandoff(inst, self)
+            self.handoffs.append(inst.kv_handoff)
+
+    def links_between(self, prefill_worker: int, decode_worker: int) -> list[Link]:
+        return transfer_links(self.prefill_ports[prefill_worker], self.prefill_at[prefill_worker],
+                              self.decode_ports[decode_worker], self.decode_at[decode_worker])
+
+    def all_links(self) -> list[Link]:
+        return [link for ports in self.prefill_ports + self.decode_ports for link in ports.links()]
+
+    # --- the router's interface for the simulation --------------------------------------------
+    def submit(self, call: LLMRequest) -> None:
+        leg = LLMRequest(request_id=call.request_id, session_id=call.session_id, agent_class=call.agent_class,
+                         depth=call.depth, call_index=call.call_index, arrival_s=call.arrival_s,
+                         prompt_tokens=call.prompt_tokens, output_tokens=1, prompt_keys=call.prompt_keys,
+                         total_keys=call.prompt_keys, done=self.env.event(), agent_id=call.agent_id)
+        self.env.process(self._serve(call, leg))
+
+    def _serve(self, call: LLMRequest, leg: LLMRequest):
+        self.prefill_router.submit(leg)
+        yield leg.done
+        if leg.rejected:
+            call.rejected = True
+            call.finish_s = leg.finish_s
+            if self.on_rejected is not None:
+                self.on_rejected(call)
+            return
+        call.prefill_worker = leg.instance
+        call.admitted_s = leg.admitted_s           # TTFT's queue part is the prefill queue
+        call.prefill_done_s = leg.first_token_s
+        call.prefill_hit_tokens = leg.hit_tokens
+        call.prefill_computed_tokens = leg.prefilled_tokens
+        call.tier_hit_tokens = {"hbm": leg.hit_tokens}
+        self.decode_router.submit(call)
+
+    def prefill_finished(self, leg: LLMRequest) -> None:
+        """A prefill leg ended (its first token is out, or it was rejected)."""
+        self.prefill_router.on_finish(leg)
+        leg.done.succeed()
+
+    def on_finish(self, call: LLMRequest) -> None:
+        if call.prefill_worker >= 0:
+            self.decode_router.on_finish(call)

@@ -1,0 +1,91 @@
+"""``agentsim check-timing MEASURED.csv``: predicted vs measured TTFT/TPOT of real benchmark runs.
+
+Every row of a file in the format of ``measured_runs.csv`` is emulated through the simulator
+(:mod:`agentsim.experiments.timing_check`); the command prints each row's prediction and error
+factor, then the error table per (system, backend, mode). ``--json`` prints
+``{"rows": [{"id", "predicted_ttft_ms", "predicted_tpot_ms", "skipped"}], "summary": {...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from agentsim.commands.common import console, err_console
+
+
+def _fmt(value, digits: str = ".3g") -> str:
+    return "-" if value is None else format(value, digits)
+
+
+def _rows_table(results):
+    from rich.table import Table
+
+    table = Table(title="predicted vs measured (ms; error = exp(|log(pred/meas)|))", header_style="bold")
+    for column in ("id", "source", "TTFT pred", "TTFT meas", "TTFT err", "TPOT pred", "TPOT meas", "TPOT err"):
+        table.add_column(column, justify="left" if column in ("id", "source") else "right")
+    for r in results:
+        if r.skipped is not None:
+            table.add_row(r.id, "skipped", r.skipped, "", "", "", "", "")
+            continue
+        table.add_row(r.id, r.timing_source or "", _fmt(r.predicted_ttft_ms), _fmt(r.measured_ttft_ms),
+                      _fmt(r.ttft_error, ".2f"), _fmt(r.predicted_tpot_ms), _fmt(r.measured_tpot_ms),
+                      _fmt(r.tpot_error, ".2f"))
+    return table
+
+
+def _groups_table(summary: dict):
+    from rich.table import Table
+
+    table = Table(title="error factor per (system, backend, mode)", header_style="bold")
+    for column in ("system", "backend", "mode", "rows", "emulated", "TTFT median", "TTFT p90",
+                   "TPOT median", "TPOT p90"):
+        table.add_column(column, justify="left" if column in ("system", "backend", "mode") else "right")
+    for g in summary["groups"] + [{"system": "all aggregated", "backend": "", "mode": "agg", **summary["aggregated"]}]:
+        table.add_row(g["system"], g["backend"], g["mode"], str(g["rows"]), str(g["emulated"]),
+                      _fmt(g["ttft_error_median"], ".2f"), _fmt(g["ttft_error_p90"], ".2f"),
+                      _fmt(g["tpot_error_median"], ".2f"), _fmt(g["tpot_error_p90"], ".2f"))
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("check-timing")
+    def check_timing_command(
+        measured: Path = typer.Argument(..., help="measured benchmark runs (CSV in the format of measured_runs.csv)"),
+        as_json: bool = typer.Option(False, "--json", help="print JSON: per-row predictions and the summary"),
+        sample: Optional[int] = typer.Option(None, "--sample", min=1,
+                                             help="emulate a stratified sample of N rows (deterministic)"),
+        set_: Optional[list[str]] = typer.Option(None, "--set", help="override a field of every row's scenario: PATH=VALUE"),
+    ) -> None:
+        """Emulate measured serving benchmarks and compare predicted with measured TTFT/TPOT."""
+        from agentsim.experiments.benchmark_rows import read_rows
+        from agentsim.experiments.timing_check import check_rows, stratified_sample, summarize
+
+        frame = read_rows(measured)
+        if sample is not None:
+            frame = stratified_sample(frame, sample)
+        overrides = list(set_ or [])
+        if sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            with Progress(TextColumn("[bold]emulating rows"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=err_console, transient=True) as progress:
+                task = progress.add_task("rows", total=len(frame))
+                results = check_rows(frame, overrides, on_row=lambda _: progress.advance(task))
+        else:
+            results = check_rows(frame, overrides)
+        summary = summarize(results)
+        if as_json:
+            sys.stdout.write(json.dumps({"rows": [r.as_json() for r in results], "summary": summary}, indent=1) + "\n")
+            return
+        # Row ids are long: give the tables room when the output is not a terminal.
+        width = console.width if console.is_terminal else 200
+        console.print(_rows_table(results), width=width)
+        console.print(_groups_table(summary), width=width)
+        if summary["skipped_reasons"]:
+            console.print("skipped: " + "; ".join(f"{n} x {why}" for why, n in summary["skipped_reasons"].items()),
+                          markup=False, highlight=False)

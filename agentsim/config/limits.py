@@ -1,0 +1,77 @@
+"""Size limits of a scenario, checked before anything is allocated.
+
+A scenario can ask for more than any machine holds with a few characters
+(``instances: 10000000``, ``concurrent: 1000000000``, ``rate_per_s: 1e308``), and the engine
+would start allocating before noticing. These limits are far above every shipped scenario and
+every study in docs/ (the largest uses 64 instances and a few thousand sessions), and each can be
+raised on purpose in the scenario's ``limits:`` section, which the message names.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentsim.config.units import Seconds
+from agentsim.errors import FieldError
+
+
+class Limits(BaseModel):
+    """Upper bounds on what one scenario may ask for (raise them here when a study needs more)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    max_instances: int = Field(4096, gt=0, description="serving instances (hardware.instances)")
+    max_concurrent_sessions: int = Field(1_000_000, gt=0, description="sessions kept alive by population arrivals, all classes together")
+    max_expected_sessions: float = Field(10_000_000, gt=0, description="sessions Poisson arrivals start on average over duration_s, at the peak rate")
+    max_duration_s: Seconds = Field(366 * 86400.0, gt=0, description="simulated time (duration_s): one year")
+    max_prompt_tokens: int = Field(10_000_000, gt=0, description="longest prompt (shared prefixes plus max_context_tokens) in tokens")
+    max_batch_requests: int = Field(1_000_000, gt=0, description="serving.max_batch_requests")
+
+
+def limit_hint(name: str) -> str:
+    """The sentence every limit message ends with."""
+    return f"raise limits.{name} in the scenario if this is intended"
+
+
+def _count_text(count: float) -> str:
+    """A count for a message; one past the float range is said as such, not as ``inf``."""
+    return f"{count:.3g}" if count < float("inf") else "more than 1e308"
+
+
+def check_limits(scenario) -> None:
+    """Raise FieldError (blaming the field that asks for too much) if ``scenario`` exceeds its
+    ``limits``; called by the scenario model's validator, after every field is validated."""
+    limits = scenario.limits
+    if scenario.hardware.instances > limits.max_instances:
+        raise FieldError(("hardware", "instances"), f"{scenario.hardware.instances:,} instances exceed the limit of "
+                         f"{limits.max_instances:,}; {limit_hint('max_instances')}")
+    if scenario.duration_s > limits.max_duration_s:
+        raise FieldError(("duration_s",), f"{scenario.duration_s:g} s exceeds the limit of {limits.max_duration_s:g} s; "
+                         f"{limit_hint('max_duration_s')}")
+    if scenario.serving.max_batch_requests > limits.max_batch_requests:
+        raise FieldError(("serving", "max_batch_requests"), f"{scenario.serving.max_batch_requests:,} exceeds the limit of "
+                         f"{limits.max_batch_requests:,}; {limit_hint('max_batch_requests')}")
+    classes = scenario.workload.agent_classes
+    concurrent = {name: c.arrival.concurrent or 0 for name, c in classes.items() if c.arrival.kind == "population"}
+    if sum(concurrent.values()) > limits.max_concurrent_sessions:
+        name = max(concurrent, key=concurrent.get)
+        raise FieldError(("workload", "agent_classes", name, "arrival", "concurrent"),
+                         f"{sum(concurrent.values()):,} concurrent sessions exceed the limit of "
+                         f"{limits.max_concurrent_sessions:,}; {limit_hint('max_concurrent_sessions')}")
+    expected = {name: c.arrival.peak_rate_per_s() * scenario.duration_s for name, c in classes.items()
+                if c.arrival.kind == "poisson"}
+    if sum(expected.values()) > limits.max_expected_sessions:
+        name = max(expected, key=expected.get)
+        raise FieldError(("workload", "agent_classes", name, "arrival", "rate_per_s"),
+                         f"up to {_count_text(sum(expected.values()))} sessions would start in {scenario.duration_s:g} s "
+                         f"(peak rate times duration), above the limit of {limits.max_expected_sessions:.3g}; "
+                         f"{limit_hint('max_expected_sessions')}")
+    shared = scenario.workload.global_system_prompt_tokens
+    for name, agent in classes.items():
+        for field, tokens in (("tools_prefix_tokens", shared + agent.tools_prefix_tokens),
+                              ("max_context_tokens", agent.max_context_tokens),
+                              ("subagents", shared + agent.tools_prefix_tokens + agent.subagents.system_tokens)):
+            if tokens > limits.max_prompt_tokens:
+                path = ("workload", "agent_classes", name, field) + (("system_tokens",) if field == "subagents" else ())
+                raise FieldError(path, f"prompts of {tokens:,} tokens exceed the limit of {limits.max_prompt_tokens:,}; "
+                                       f"{limit_hint('max_prompt_tokens')}")

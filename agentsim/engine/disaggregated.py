@@ -1,0 +1,102 @@
+"""Wiring of a disaggregated cluster (``serving.disaggregation``): the prefill and decode pools,
+each with its own step timing, caches, engine caps and router, their hand-off ports, and what
+the run reports about them. Used by the composition root (:mod:`agentsim.engine.simulation`);
+the mechanism is :mod:`agentsim.cluster.serving.disaggregation`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.radix import RadixCache
+from agentsim.cluster.routers import make_router
+from agentsim.cluster.serving.disaggregation import DisaggregatedServing, HandoffPorts, place_pools
+from agentsim.cluster.serving.instance import ServingInstance
+from agentsim.cluster.serving.kv_admission import make_kv_admission
+from agentsim.config.disaggregation import pool_scenario
+from agentsim.hardware.timing.select import build_timer
+
+
+class DisaggregatedCluster:
+    """Both pools of one simulation. ``decode`` are the instances the rest of the run sees as its
+    serving instances (they finish calls and keep sessions' KV between calls); ``prefill`` are
+    reported separately."""
+
+    def __init__(self, env, scenario, on_finish, check_invariants: bool):
+        self.scenario = scenario
+        config = scenario.serving.disaggregation
+        self.pools = {role: pool_scenario(scenario, role) for role in ("prefill", "decode")}
+        self.timers = {role: build_timer(pool) for role, pool in self.pools.items()}
+        self.capacity_blocks = {role: pool.kv_capacity_blocks_per_instance() for role, pool in self.pools.items()}
+        prefill_at, decode_at = place_pools(
+            config.prefill.workers, self.pools["prefill"].hardware.gpus_per_instance,
+            config.decode.workers, self.pools["decode"].hardware.gpus_per_instance, scenario.hardware.nvlink_domain_gpus)
+        self.front: DisaggregatedServing | None = None
+        self.prefill = self._pool(env, "prefill", lambda leg: self.front.prefill_finished(leg), check_invariants)
+        self.decode = self._pool(env, "decode", on_finish, check_invariants)
+        hw = scenario.hardware
+        efficiency = config.transfer_efficiency
+        prefill_ports = [HandoffPorts(env, f"prefill{i}.out", self.pools["prefill"].hardware.gpus_per_instance, hw, efficiency)
+                         for i in range(len(self.prefill))]
+        decode_ports = [HandoffPorts(env, f"decode{i}.in", self.pools["decode"].hardware.gpus_per_instance, hw, efficiency)
+                        for i in range(len(self.decode))]
+        self.front = DisaggregatedServing(
+            env, self.prefill, self.decode, make_router(self.pools["prefill"], self.prefill, env),
+            make_router(self.pools["decode"], self.decode, env), prefill_ports, decode_ports, prefill_at, decode_at)
+        self.front.on_rejected = on_finish
+
+    def _pool(self, env, role: str, on_finish, check_invariants: bool) -> list[ServingInstance]:
+        pool = self.pools[role]
+        serving = pool.serving
+        block_tokens = pool.cache.block_tokens
+        ref = pool.cache.eviction
+        return [ServingInstance(env, index, RadixCache(self.capacity_blocks[role], EVICTION_POLICIES.create(ref.name, ref.params),
+                                                       name="hbm"),
+                                self.timers[role][0], block_tokens, serving.batch_requests(), serving.batch_tokens(),
+                                on_finish=on_finish, check_invariants=check_invariants,
+                                kv_rule=make_kv_admission(serving, block_tokens), preemption=serving.preemption,
+                                long_prefill_tokens=serving.long_prefill_token_threshold)
+                for index in range(pool.hardware.instances)]
+
+    @property
+    def gpus(self) -> int:
+        return sum(pool.hardware.gpus_per_instance * pool.hardware.instances for pool in self.pools.values())
+
+    def summary(self, requests, simulated_s: float) -> dict:
+        """Pool sizes, the prefill pool's busy fraction and cache, and the hand-offs: bytes, links,
+        and TTFT's parts (prefill queue, prefill, decode queue, KV transfer)."""
+        done = requests[~requests.rejected] if len(requests) else requests
+        out: dict = {"disaggregated": True,
+                     "prefill_workers": len(self.prefill), "decode_workers": len(self.decode),
+                     "prefill_gpus_per_worker": self.pools["prefill"].hardware.gpus_per_instance,
+                     "decode_gpus_per_worker": self.pools["decode"].hardware.gpus_per_instance,
+                     "prefill_timing_source": self.timers["prefill"][1].source,
+                     "prefill_timing_deployment": self.timers["prefill"][1].deployment,
+                     "prefill_busy_fraction": (sum(i.busy_s for i in self.prefill) / (simulated_s * len(self.prefill))
+                                               if simulated_s > 0 else 0.0),
+                     "prefill_evicted_blocks": sum(i.cache.evicted_blocks for i in self.prefill),
+                     "prefill_iterations": sum(i.iterations for i in self.prefill),
+                     "kv_transfers": sum(h.transfers for h in self.front.handoffs),
+                     "kv_transfer_bytes": float(sum(h.transferred_bytes for h in self.front.handoffs)),
+                     "decode_hit_tokens": int(done.decode_hit_tokens.sum()) if len(done) else 0}
+        for part in ("queue_wait", "prefill", "decode_queue", "kv_transfer"):
+            values = done[f"{part}_s"].to_numpy(dtype=float) if len(done) else np.array([])
+            values = values[np.isfinite(values)]
+            out[f"ttft_{part}_mean_s"] = float(values.mean()) if len(values) else float("nan")
+            out[f"ttft_{part}_p99_s"] = float(np.percentile(values, 99)) if len(values) else float("nan")
+        served = done.prefill_worker.value_counts() if len(done) else None
+        out["prefill_busiest_share"] = (float(served.max() * len(self.prefill) / served.sum())
+                                        if served is not None and len(served) else float("nan"))
+        links = {link.name: link.stats(simulated_s) for link in self.front.all_links()}
+        # Every hand-off crosses one egress and one ingress port: count the bytes once, at ingress.
+        ingress = [link.name for ports in self.front.decode_ports for link in ports.links()]
+        out["kv_transfer_bytes_by_link_kind"] = {kind: sum(links[name]["bytes"] for name in ingress if links[name]["kind"] == kind)
+                                                 for kind in ("nvlink", "network")}
+        out["kv_transfer_link_max_utilisation"] = max((s["utilisation"] for s in links.values()), default=0.0)
+        return out
+
+    def link_table(self, simulated_s: float):
+        import pandas as pd
+
+        rows = [{"link": link.name, **link.stats(simulated_s)} for link in self.front.all_links()]
+        return pd.DataFrame(rows, columns=["link", "kind", "bandwidth_bytes_per_s", "bytes", "transfers", "busy_s", "utilisation"])

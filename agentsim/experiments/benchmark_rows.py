@@ -1,0 +1,205 @@
+"""Measured serving-benchmark rows (the format of ``measured_runs.csv``) as scenarios.
+
+Each row is one closed-loop benchmark of a real engine: ``batch_size`` clients, each sending a
+request of ``isl`` random input tokens (no prefix reuse) and receiving ``osl`` output tokens,
+then the next at once. :func:`row_scenario` builds the scenario that runs the same benchmark in
+the simulator: the row's model, system, engine, precision and parallelism; one population agent
+class of ``batch_size * attention_dp_size`` one-call sessions (``batch_size`` is per
+attention-DP rank) with zero think time and no shared prefix, and the engine's ``max_num_seqs``
+set to that concurrency as the benchmark launched it.
+
+A row that cannot be emulated raises :class:`RowSkipped` with the reason: disaggregated rows
+(separate prefill and decode pools; :data:`DISAGG_REASON`), and models or systems without a
+profile.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+from agentsim.errors import InputError
+from agentsim.hardware.profiles import load_catalogue
+from agentsim.hardware.timing.deployment import canonical_model
+
+REQUIRED_COLUMNS = ("id", "backend", "model_path", "system", "mode", "isl", "osl", "batch_size", "tp_size",
+                    "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size", "gemm_quant_mode",
+                    "moe_quant_mode", "silicon_ttft_ms", "silicon_tpot_ms")
+#: Engine step-token budget when a row does not give one (vLLM, SGLang and TRT-LLM defaults).
+DEFAULT_BATCHED_TOKENS = 8192
+#: Why ``mode: disagg`` rows are skipped. Disaggregated serving (prefill and decode pools with
+#: their own workers and parallelism, the ``prefill_*`` / ``decode_*`` columns) is a separate
+#: deployment kind; :func:`row_scenario` is where its emulation will branch off.
+DISAGG_REASON = "disaggregated serving: next issue"
+#: Checkpoints whose architecture is another profile's (same layers, widths and experts): the
+#: step time and the KV per token are that profile's; only the name differs.
+SAME_ARCHITECTURE = {
+    "deepseek-ai/DeepSeek-R1": "deepseek-ai/DeepSeek-V3",
+    "deepseek-ai/DeepSeek-V3.1": "deepseek-ai/DeepSeek-V3",
+    "Qwen/Qwen3-235B-A22B-FP8": "Qwen/Qwen3-235B-A22B",
+    "Qwen/Qwen3-32B-FP8": "Qwen/Qwen3-32B",
+}
+#: Hugging Face suffixes of quantised re-publications (``nvidia/DeepSeek-R1-NVFP4``).
+_QUANT_SUFFIXES = ("-NVFP4", "-FP8", "-FP4")
+#: Organisations that re-publish other organisations' checkpoints quantised.
+_REPUBLISHERS = {"nvidia": {"DeepSeek": "deepseek-ai", "Qwen3": "Qwen", "Llama": "meta-llama", "GLM": "zai-org"}}
+#: Weight bytes per parameter of each quantisation (block scales included for the 4-bit ones).
+BYTES_PER_PARAM = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625,
+                   "int4_wo": 0.5625, "w4a16_mxfp4": 0.53125}
+
+
+class RowSkipped(Exception):
+    """This row cannot be emulated; the message says why."""
+
+
+def read_rows(path: Path) -> pd.DataFrame:
+    """The rows of a measured-runs CSV; a clear InputError (file, line) for a missing file,
+    a missing column, a non-positive number or a duplicate id."""
+    if not path.exists():
+        raise InputError(f"file {str(path)!r} not found", str(path))
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(f"not a CSV file ({exc.__class__.__name__}: {str(exc).splitlines()[0][:120]})",
+                         str(path)) from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise InputError(f"missing column(s) {', '.join(missing)} (the format of measured_runs.csv)", str(path), "line 1")
+    agg = frame["mode"].astype(str).str.strip() == "agg"
+    for column in ("isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"):
+        values = pd.to_numeric(frame[column], errors="coerce")
+        # Disaggregated rows leave the aggregated parallelism columns empty.
+        required = agg if column in ("batch_size", "tp_size") else pd.Series(True, index=frame.index)
+        bad = (values.isna() & (frame[column].notna() | required)) | (values <= 0)
+        if bad.any():
+            line = int(bad.to_numpy().nonzero()[0][0]) + 2  # header is line 1
+            raise InputError(f"column {column} must be a positive number, got {frame[column].iloc[line - 2]!r}",
+                             str(path), f"line {line}")
+        frame[column] = values
+    if frame["id"].duplicated().any():
+        line = int(frame["id"].duplicated().to_numpy().nonzero()[0][0]) + 2
+        raise InputError(f"duplicate id {frame['id'].iloc[line - 2]!r}", str(path), f"line {line}")
+    return frame
+
+
+@lru_cache(maxsize=None)
+def _profile_by_name(catalogue: str) -> dict[str, str]:
+    """{Hugging Face id or system name: profile name} of a packaged catalogue."""
+    key = "name" if catalogue == "models" else "system"
+    return {str(fields[key]): profile for profile, fields in load_catalogue(catalogue).items() if fields.get(key)}
+
+
+@lru_cache(maxsize=None)
+def _bundled_models() -> frozenset[str]:
+    """Hugging Face ids aiconfigurator-core bundles a model config for (empty if not installed)."""
+    try:
+        configs = resources.files("aiconfigurator_core").joinpath("model_configs")
+        names = [entry.name for entry in configs.iterdir()]
+    except (ModuleNotFoundError, FileNotFoundError):
+        return frozenset()
+    return frozenset(n[: -len("_config.json")].replace("--", "/", 1) for n in names
+                     if n.endswith("_config.json") and not n.endswith("hf_quant_config.json"))
+
+
+def base_model(model_path: str) -> str:
+    """The original checkpoint a (possibly re-published, quantised) Hugging Face id derives from:
+    ``nvidia/DeepSeek-R1-NVFP4`` -> ``deepseek-ai/DeepSeek-R1``."""
+    org, _, name = model_path.partition("/")
+    for suffix in _QUANT_SUFFIXES:
+        if name.upper().endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    for prefix, owner in _REPUBLISHERS.get(org, {}).items():
+        if name.startswith(prefix):
+            org = owner
+            break
+    return f"{org}/{name}" if name else model_path
+
+
+def timing_model(model_path: str) -> str:
+    """The id aiconfigurator-core times ``model_path`` by: its own config when bundled (a
+    quantised re-publication carries its own quantisation config), else the base checkpoint's."""
+    if model_path in _bundled_models():
+        return model_path
+    return canonical_model(base_model(model_path))
+
+
+def model_profile(model_path: str) -> str | None:
+    """The model profile (``agentsim/profiles/models.yaml``) of ``model_path``, or None."""
+    models = _profile_by_name("models")
+    for candidate in (model_path, base_model(model_path)):
+        for name in (candidate, SAME_ARCHITECTURE.get(candidate), canonical_model(candidate)):
+            if name and name in models:
+                return models[name]
+            twin = SAME_ARCHITECTURE.get(name or "")
+            if twin and canonical_model(twin) in models:
+                return models[canonical_model(twin)]
+    return None
+
+
+def _int(value, default: int | None = None) -> int | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return default
+    return int(value)
+
+
+def _quant(value) -> str | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or not str(value).strip():
+        return None
+    return str(value).strip()
+
+
+def row_scenario(row: dict) -> dict:
+    """The scenario mapping that emulates ``row`` (raises RowSkipped); the caller sets
+    ``duration_s`` and the engine's KV capacity."""
+    if str(row["mode"]).strip() != "agg":
+        # Hook for disaggregated serving: build prefill and decode pools from the prefill_* and
+        # decode_* columns here once the simulator has them.
+        raise RowSkipped(DISAGG_REASON)
+    model_path = str(row["model_path"]).strip()
+    profile = model_profile(model_path)
+    if profile is None:
+        raise RowSkipped(f"model {model_path} has no model profile (agentsim/profiles/models.yaml)")
+    hardware_profile = _profile_by_name("hardware").get(str(row["system"]).strip())
+    if hardware_profile is None:
+        raise RowSkipped(f"system {row['system']} has no hardware profile (agentsim/profiles/hardware.yaml)")
+    # Empty or 0 (some rows write 0 for "not used") is the engine's default of 1.
+    tp, pp, dp = (_int(row.get(c)) or 1 for c in ("tp_size", "pp_size", "attention_dp_size"))
+    # ``batch_size`` is per attention-data-parallel rank (the benchmark's concurrency, given in
+    # ``silicon_data_source``, is ``batch_size * attention_dp_size`` on every such row).
+    clients, isl, osl = _int(row["batch_size"]) * dp, _int(row["isl"]), _int(row["osl"])
+    gemm, moe = _quant(row.get("gemm_quant_mode")), _quant(row.get("moe_quant_mode"))
+    precision_name = str(row.get("precision") or "").strip().lower()
+    if gemm is None and precision_name == "bf16":
+        gemm = moe = "bfloat16"
+    parallelism = {"tp": tp, "pp": pp, "attention_dp": dp}
+    for column, key in (("moe_tp_size", "moe_tp"), ("moe_ep_size", "moe_ep")):
+        value = _int(row.get(column))
+        if value:  # empty or 0: the default split
+            parallelism[key] = value
+    precision = {k: v for k, v in (("weights", gemm), ("moe", moe)) if v is not None}
+    model = {"profile": profile, "name": timing_model(model_path)}
+    weight_quant = moe or gemm
+    if weight_quant in BYTES_PER_PARAM:
+        model["bytes_per_param"] = BYTES_PER_PARAM[weight_quant]
+    return {
+        "name": f"check-timing {row['id']}",
+        "seed": 0,
+        "duration_s": 1.0,  # set by the caller from the expected request time
+        "hardware": {"profile": hardware_profile, "gpus_per_instance": tp * pp * dp, "instances": 1},
+        "model": model,
+        "cache": {"block_tokens": 16, "eviction": "lru"},
+        "serving": {"engine": str(row["backend"]).strip(), "max_num_seqs": max(clients, 1),
+                    "max_num_batched_tokens": DEFAULT_BATCHED_TOKENS, "parallelism": parallelism,
+                    "precision": precision, "router": "round_robin"},
+        "workload": {"global_system_prompt_tokens": 0, "agent_classes": {"client": {
+            "arrival": {"kind": "population", "concurrent": clients, "ramp_s": 0, "restart_delay_s": 0},
+            "tools_prefix_tokens": 0, "initial_context_tokens": isl, "calls_per_session": 1,
+            "tool_gap_s": 0, "human_turn_probability": 0, "appended_tokens": 0, "output_tokens": osl,
+            "max_context_tokens": isl + osl + 16}}},
+        "run": {"belady_headroom": False, "progress_interval_s": 1e9},
+    }

@@ -1,0 +1,83 @@
+"""A ``mode: disagg`` row of ``measured_runs.csv`` as a disaggregated scenario.
+
+Such a row is one closed-loop benchmark of a disaggregated deployment (Dynamo with TensorRT-LLM,
+SGLang or vLLM workers): ``silicon_concurrency`` clients (in ``silicon_data_source``) against
+``prefill_num_workers`` prefill workers and ``decode_num_workers`` decode workers, each pool with
+its own parallelism (``prefill_tp_size`` ... ``decode_moe_ep_size``) and batch size
+(``prefill_batch_size``, ``decode_batch_size``: the engine's most sequences per worker).
+
+:func:`disaggregated_row_scenario` takes the row and the builder of *aggregated* rows' scenarios
+(``row -> scenario mapping``, the one check-timing uses) and returns the same benchmark with
+``serving.disaggregation`` pools: the aggregated builder is given the row with the prefill pool's
+parallelism and the full concurrency (so the model, system, engine, precision and workload are
+built once, in one place), and the pools are then set from the row's columns.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Callable
+
+_CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+_PARALLELISM = (("tp_size", "tp"), ("pp_size", "pp"), ("attention_dp_size", "attention_dp"),
+                ("moe_tp_size", "moe_tp"), ("moe_ep_size", "moe_ep"))
+
+
+class DisaggRowError(ValueError):
+    """The row lacks what a disaggregated emulation needs; the message says what."""
+
+
+def _int(value) -> int | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or str(value).strip() == "":
+        return None
+    return int(float(value))
+
+
+def concurrency(row: dict) -> int:
+    """The benchmark's clients: ``silicon_concurrency`` in the source column, else the decode
+    pool's batch slots (``decode_batch_size`` x ``decode_num_workers``)."""
+    found = _CONCURRENCY.search(str(row.get("silicon_data_source") or ""))
+    if found:
+        return int(found.group(1))
+    batch, workers = _int(row.get("decode_batch_size")), _int(row.get("decode_num_workers"))
+    if not batch or not workers:
+        raise DisaggRowError("no silicon_concurrency in silicon_data_source and no decode_batch_size x decode_num_workers")
+    return batch * workers
+
+
+def pool(row: dict, role: str) -> dict:
+    """One pool's ``serving.disaggregation`` entry from the row's ``{role}_*`` columns (0 or
+    empty parallelism: the engine's default, 1 for TP/PP/DP and the default expert split)."""
+    workers = _int(row.get(f"{role}_num_workers"))
+    if not workers:
+        raise DisaggRowError(f"column {role}_num_workers is empty")
+    parallelism = {}
+    for column, key in _PARALLELISM:
+        value = _int(row.get(f"{role}_{column}"))
+        if value:
+            parallelism[key] = value
+    for key in ("tp", "pp", "attention_dp"):
+        parallelism.setdefault(key, 1)
+    entry = {"workers": workers, "gpus_per_worker": parallelism["tp"] * parallelism["pp"] * parallelism["attention_dp"],
+             "parallelism": parallelism}
+    batch = _int(row.get(f"{role}_batch_size"))
+    if batch:
+        entry["max_num_seqs"] = batch
+    return entry
+
+
+def disaggregated_row_scenario(row: dict, aggregated_scenario: Callable[[dict], dict]) -> dict:
+    """The scenario mapping that emulates disaggregated ``row`` (raises DisaggRowError)."""
+    prefill, decode = pool(row, "prefill"), pool(row, "decode")
+    clients = concurrency(row)
+    as_aggregated = {**row, "mode": "agg", "batch_size": float(clients)}
+    for column, key in _PARALLELISM:
+        as_aggregated[column] = float(prefill["parallelism"].get(key, 0))
+    data = aggregated_scenario(as_aggregated)
+    serving = dict(data["serving"])
+    # Random prompts share nothing: routing by load is what the benchmark's front end does.
+    serving["router"] = "round_robin"
+    serving["disaggregation"] = {"prefill": prefill, "decode": {**decode, "max_num_seqs": decode.get("max_num_seqs", clients)},
+                                 "decode_router": "least_loaded"}
+    return {**data, "serving": serving}

@@ -1,0 +1,216 @@
+"""Check the simulator's step timing against measured serving benchmarks.
+
+Each aggregated row of a measured-runs file (:mod:`.benchmark_rows`) is run through the
+simulator as the benchmark ran on the real engine: closed-loop clients that all start at once,
+``isl`` random input tokens, ``osl`` output tokens. Every client's first request is warm-up
+(all prompts arrive together, a queue the benchmark's warm-up excludes) and is not measured;
+the prediction is the mean TTFT and TPOT of the next :data:`MEASURED_ROUNDS` rounds of
+requests, the means the benchmark reports.
+
+The error of a prediction is the factor ``exp(|log(predicted / measured)|)`` (1 = exact, 2 =
+off by 2x either way); :func:`summarize` gives its median and p90 over all emulated rows and
+per (system, backend, mode).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from agentsim.config.loader import apply_overrides
+from agentsim.engine.loading import scenario_from_dict
+from agentsim.engine.simulation import run_scenario
+from agentsim.errors import InputError
+from agentsim.experiments.benchmark_rows import RowSkipped, row_scenario
+from agentsim.hardware.timing.memory import engine_kv_capacity_tokens
+from agentsim.hardware.timing.select import build_timer, deployment_of
+
+#: Rounds of requests measured after the warm-up round (per client).
+MEASURED_ROUNDS = 2
+#: Times the simulated duration is doubled when too few requests finished in it.
+_EXTENSIONS = 3
+
+
+@dataclass
+class RowResult:
+    """One row's prediction (ms) or the reason it was skipped."""
+
+    id: str
+    system: str
+    backend: str
+    mode: str
+    measured_ttft_ms: float
+    measured_tpot_ms: float
+    predicted_ttft_ms: float | None = None
+    predicted_tpot_ms: float | None = None
+    skipped: str | None = None
+    timing_source: str | None = None
+
+    @property
+    def ttft_error(self) -> float | None:
+        return error_factor(self.predicted_ttft_ms, self.measured_ttft_ms)
+
+    @property
+    def tpot_error(self) -> float | None:
+        return error_factor(self.predicted_tpot_ms, self.measured_tpot_ms)
+
+    def as_json(self) -> dict:
+        return {"id": self.id, "predicted_ttft_ms": self.predicted_ttft_ms,
+                "predicted_tpot_ms": self.predicted_tpot_ms, "skipped": self.skipped}
+
+
+def error_factor(predicted: float | None, measured: float | None) -> float | None:
+    """``exp(|log(predicted / measured)|)``; None when either is missing or not positive."""
+    if predicted is None or measured is None or not predicted > 0 or not measured > 0:
+        return None
+    return math.exp(abs(math.log(predicted / measured)))
+
+
+def _round_estimate_s(timer, clients: int, isl: int, osl: int, max_seqs: int, batched_tokens: int) -> float:
+    """Rough time of one round of requests (all clients' prefills, then their decodes)."""
+    if isl <= batched_tokens:
+        per_step = max(1, min(clients, batched_tokens // isl))
+        steps = math.ceil(clients / per_step)
+        prefill_s = steps * timer.iteration_s(tuple((isl, 0) for _ in range(per_step)), 0, 0.0)
+    else:
+        prefill_s = clients * timer.prefill_s(isl, 0)
+    running = min(clients, max_seqs)
+    decode_s = timer.decode_stretch_s(running, running * (isl + osl / 2), osl) * math.ceil(clients / running)
+    return prefill_s + decode_s
+
+
+def _with_engine_kv(data: dict) -> dict:
+    """``data`` with the KV capacity the engine would give (when the databases can model it)."""
+    scenario = scenario_from_dict(data, source="check-timing")
+    tokens = engine_kv_capacity_tokens(deployment_of(scenario))
+    if tokens is None:
+        return data
+    hbm_bytes = scenario.hardware.hbm_bytes_per_gpu * scenario.hardware.gpus_per_instance
+    capacity = min(tokens * scenario.model.kv_bytes_per_token, 0.95 * hbm_bytes)
+    data = dict(data)
+    data["hardware"] = {**data["hardware"], "kv_capacity_bytes": capacity}
+    return data
+
+
+def emulate_row(row: dict, overrides: list[str] | None = None) -> RowResult:
+    """Run one row through the simulator (``overrides``: ``--set`` PATH=VALUE for every row).
+
+    Raises InputError for a bad override; a row the simulator cannot emulate comes back with
+    ``skipped`` set."""
+    result = RowResult(id=str(row["id"]), system=str(row["system"]), backend=str(row["backend"]),
+                       mode=str(row["mode"]), measured_ttft_ms=float(row["silicon_ttft_ms"]),
+                       measured_tpot_ms=float(row["silicon_tpot_ms"]))
+    try:
+        data = row_scenario(row)
+    except RowSkipped as why:
+        result.skipped = str(why)
+        return result
+    try:
+        data = _with_engine_kv(data)
+    except InputError as exc:
+        result.skipped = f"not a valid scenario: {exc.render()}"
+        return result
+    if overrides:
+        data = apply_overrides(data, list(overrides))
+        try:
+            scenario_from_dict(data, source="check-timing")
+        except InputError as exc:  # the row was valid, so the override is at fault
+            raise InputError(f"{' '.join(overrides)}: {exc.render()}", "--set") from None
+    scenario = scenario_from_dict(data, source="check-timing")
+    timer, choice = build_timer(scenario)
+    result.timing_source = choice.source
+    clients = scenario.workload.agent_classes["client"].arrival.concurrent
+    isl, osl = int(row["isl"]), int(row["osl"])
+    round_s = _round_estimate_s(timer, clients, isl, osl, scenario.serving.batch_requests(),
+                                scenario.serving.batch_tokens())
+    duration_s = max(round_s, 1e-3) * (1 + MEASURED_ROUNDS) * 1.1
+    for _ in range(_EXTENSIONS + 1):
+        data = {**data, "duration_s": duration_s}
+        records = run_scenario(scenario_from_dict(data, source="check-timing")).tables["requests"]
+        finished = records[~records["rejected"]].sort_values(["arrival_s", "request_id"])
+        measured = finished.iloc[clients:]  # the first request of every client is warm-up
+        if len(measured) >= clients * MEASURED_ROUNDS:
+            break
+        duration_s *= 2
+    if measured.empty:
+        result.skipped = "no request finished after the warm-up round"
+        return result
+    result.predicted_ttft_ms = float(measured["ttft_s"].mean() * 1e3)
+    result.predicted_tpot_ms = float(measured["tpot_s"].mean() * 1e3)
+    return result
+
+
+def stratified_sample(frame: pd.DataFrame, n: int) -> pd.DataFrame:
+    """``n`` rows spread over the (system, backend, mode) strata in proportion to their size,
+    at least one per stratum while ``n`` allows; within a stratum rows are taken in the order of
+    a hash of their id, so the sample does not depend on the file's row order."""
+    if n >= len(frame):
+        return frame
+    keyed = frame.assign(_rank=[hashlib.sha256(str(i).encode()).hexdigest() for i in frame["id"]])
+    strata = sorted(keyed.groupby(["system", "backend", "mode"], sort=True), key=lambda g: (-len(g[1]), g[0]))
+    quota = {key: 0 for key, _ in strata}
+    for key, _ in strata[:n]:
+        quota[key] = 1
+    remaining = n - sum(quota.values())
+    sizes = {key: len(group) for key, group in strata}
+    while remaining > 0:  # largest remaining share first (deterministic ties: stratum order)
+        key = max((k for k, _ in strata if quota[k] < sizes[k]),
+                  key=lambda k: sizes[k] / len(frame) * n - quota[k])
+        quota[key] += 1
+        remaining -= 1
+    picked = [group.sort_values("_rank").head(quota[key]) for key, group in strata if quota[key]]
+    return pd.concat(picked).drop(columns="_rank").sort_values("id")
+
+
+def _stats(values: Iterable[float | None]) -> dict:
+    array = np.array([v for v in values if v is not None], dtype=float)
+    if array.size == 0:
+        return {"median": None, "p90": None}
+    return {"median": float(np.median(array)), "p90": float(np.percentile(array, 90))}
+
+
+def _block(results: list[RowResult]) -> dict:
+    emulated = [r for r in results if r.skipped is None]
+    ttft, tpot = _stats(r.ttft_error for r in emulated), _stats(r.tpot_error for r in emulated)
+    return {"rows": len(results), "emulated": len(emulated),
+            "emulated_fraction": len(emulated) / len(results) if results else 0.0,
+            "ttft_error_median": ttft["median"], "ttft_error_p90": ttft["p90"],
+            "tpot_error_median": tpot["median"], "tpot_error_p90": tpot["p90"]}
+
+
+def summarize(results: list[RowResult]) -> dict:
+    """Error-factor statistics: over every row, over the aggregated rows (the ones that can be
+    emulated today), per (system, backend, mode), and the skip reasons with their counts."""
+    aggregated = [r for r in results if r.mode == "agg"]
+    groups: dict[tuple[str, str, str], list[RowResult]] = {}
+    for r in results:
+        groups.setdefault((r.system, r.backend, r.mode), []).append(r)
+    reasons: dict[str, int] = {}
+    for r in results:
+        if r.skipped is not None:
+            reasons[r.skipped] = reasons.get(r.skipped, 0) + 1
+    sources: dict[str, int] = {}
+    for r in results:
+        if r.timing_source:
+            sources[r.timing_source] = sources.get(r.timing_source, 0) + 1
+    return {"all": _block(results), "aggregated": _block(aggregated),
+            "groups": [{"system": s, "backend": b, "mode": m, **_block(rs)} for (s, b, m), rs in sorted(groups.items())],
+            "timing_sources": dict(sorted(sources.items())),
+            "skipped_reasons": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))}
+
+
+def check_rows(frame: pd.DataFrame, overrides: list[str] | None = None,
+               on_row: Callable[[RowResult], None] | None = None) -> list[RowResult]:
+    """Emulate every row of ``frame`` in order (``on_row`` is called after each)."""
+    results = []
+    for row in frame.to_dict("records"):
+        result = emulate_row(row, overrides)
+        results.append(result)
+        if on_row is not None:
+            on_row(result)
+    return results

@@ -1,0 +1,42 @@
+"""KV-cache capacity of a deployment, derived as the serving engine derives it.
+
+vLLM and SGLang give the KV cache a fraction of *total* device memory minus weights,
+activations and runtime buffers; TensorRT-LLM a fraction of the memory still *free* after
+loading. aiconfigurator-core models each engine's memory use (weights per rank, activation
+workspace for ``max_num_tokens``, NCCL and runtime overhead) from the device's real capacity;
+this module asks it for the KV budget.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from agentsim.hardware.timing.deployment import Deployment
+
+#: Engine default memory fractions: vLLM ``gpu_memory_utilization`` 0.9 of total; SGLang
+#: ``mem_fraction_static`` about 0.88 of total on 80-290 GB devices; TRT-LLM
+#: ``free_gpu_memory_fraction`` 0.9 of free memory.
+MEMORY_FRACTION = {"vllm": ("of_total", 0.9), "sglang": ("of_total", 0.88), "trtllm": ("of_free", 0.9)}
+
+
+def engine_kv_capacity_tokens(deployment: Deployment) -> int | None:
+    """KV tokens one instance holds (None when the package cannot model this deployment)."""
+    try:
+        logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+        from aiconfigurator_core.sdk.engine import _literal_backend_version
+        from aiconfigurator_core.sdk.memory import estimate_kv_cache
+
+        kind, fraction = MEMORY_FRACTION[deployment.backend]
+        version = _literal_backend_version(deployment.system, deployment.backend, deployment.backend_version, None, None)
+        d = deployment
+        estimate = estimate_kv_cache(
+            d.model, d.system, d.backend, version, max_num_tokens=d.max_num_tokens, max_batch_size=d.max_num_seqs,
+            memory_fraction_kind=kind, memory_fraction_value=fraction, tp_size=d.tp, pp_size=d.pp,
+            attention_dp_size=d.attention_dp, moe_tp_size=d.moe_tp, moe_ep_size=d.moe_ep,
+            gemm_quant_mode=d.gemm_quant, moe_quant_mode=d.moe_quant, kvcache_quant_mode=d.kv_quant,
+            fmha_quant_mode=d.fmha_quant)
+    except Exception:  # unknown model/system/version in the package: the caller falls back
+        return None
+    tokens = int(estimate.get("total_kv_size_tokens") or 0)
+    # Attention-DP ranks each hold their own sequences' KV.
+    return tokens * deployment.attention_dp if tokens > 0 else None

@@ -1,0 +1,46 @@
+"""The nearest precision the measured databases have, when a deployment's own is missing.
+
+The databases are measured per operation and per dtype, and not every (system, engine) has
+every dtype of every operation: SGLang and TRT-LLM on Blackwell have MLA context attention only
+with bfloat16 activations (``mla_dtype``), and some MoE shapes only with block-scaled FP8. Rather
+than dropping the whole deployment to the roofline, the operation whose data is missing is timed
+at the nearest dtype that was measured, and the timing reason says so:
+
+* FP8 attention (``fmha_quant``) -> bfloat16 attention kernels: the same FLOPs at the bf16
+  tensor rate, so an upper bound for the attention part of a step (the rest stays measured);
+* FP8 per-tensor MoE or GEMM <-> FP8 block-scaled: the same FP8 tensor-core rate; the block
+  scales change the kernel a little, not the arithmetic.
+
+The rules key on the package's own missing-data messages (``context MLA data missing for
+ContextKey { fmha_quant: "fp8" ...``, ``MoE data missing for MoeKey { quant: "fp8" ...``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from agentsim.hardware.timing.deployment import Deployment
+
+#: FP8 scaling variants that share the FP8 tensor-core rate.
+_FP8_TWIN = {"fp8": "fp8_block", "fp8_block": "fp8"}
+
+
+def nearest_precision(deployment: Deployment, message: str) -> tuple[Deployment, str] | None:
+    """``(deployment with the missing operation's dtype replaced, what was replaced)`` for a
+    missing-data ``message``, or None when no nearer measured dtype applies."""
+    if re.search(r"(MLA|attention|FMHA) data missing", message, re.IGNORECASE) and 'fmha_quant: "fp8' in message:
+        if deployment.fmha_quant != "bfloat16":
+            return (replace(deployment, fmha_quant="bfloat16"),
+                    "attention timed with bfloat16 kernels (the database has no FP8 attention data)")
+    moe = re.search(r'MoE data missing for MoeKey \{ quant: "(\w+)"', message)
+    if moe and moe.group(1) in _FP8_TWIN and deployment.moe_quant in (moe.group(1), None):
+        twin = _FP8_TWIN[moe.group(1)]
+        return (replace(deployment, moe_quant=twin),
+                f"MoE timed with {twin} kernels (the database has no {moe.group(1)} data for this shape)")
+    gemm = re.search(r'GEMM data missing for \w+ \{ quant: "(\w+)"', message, re.IGNORECASE)
+    if gemm and gemm.group(1) in _FP8_TWIN and deployment.gemm_quant in (gemm.group(1), None):
+        twin = _FP8_TWIN[gemm.group(1)]
+        return (replace(deployment, gemm_quant=twin),
+                f"GEMMs timed with {twin} kernels (the database has no {gemm.group(1)} data for this shape)")
+    return None

@@ -1,0 +1,48 @@
+"""Reading the files agentsim wrote (summary.json, cell.json, Parquet tables), validated.
+
+``report`` and a resumed ``sweep`` read what an earlier process left: it may be truncated (a
+kill mid-write on a filesystem that lost the rename's data), empty, edited by hand, or not
+agentsim's at all. Each reader here says what is wrong with which file as one
+:class:`~agentsim.errors.InputError`, instead of a JSONDecodeError or ArrowInvalid traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from agentsim.errors import InputError
+from agentsim.input_files import read_input_text
+
+
+def read_json_object(path: str | Path, what: str = "JSON file") -> dict:
+    """The JSON object in ``path``; InputError if the file is missing, empty, not JSON or not an
+    object (a list, a number)."""
+    path = Path(path)
+    text = read_input_text(path, what)
+    if not text.strip():
+        raise InputError(f"{what} is empty (a write that did not finish?)", str(path))
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} is not valid JSON ({exc.msg}; truncated?)", str(path),
+                         f"line {exc.lineno}, column {exc.colno}") from None
+    except RecursionError:
+        raise InputError(f"{what} is nested too deeply to be agentsim's", str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError(f"{what} must hold a JSON object, got {type(data).__name__}", str(path))
+    return data
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A Parquet table; InputError naming the file if it is not readable Parquet."""
+    import pyarrow
+
+    path = Path(path)
+    try:
+        return pd.read_parquet(path)
+    except (pyarrow.ArrowException, OSError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise InputError(f"not a readable Parquet table ({reason})", str(path)) from None

@@ -1,0 +1,129 @@
+"""``agentsim check-timing``: emulating measured benchmark rows through the simulator."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from agentsim.experiments.benchmark_rows import (DISAGG_REASON, RowSkipped, base_model, model_profile, read_rows,
+                                                 row_scenario, timing_model)
+from agentsim.experiments.timing_check import emulate_row, error_factor, stratified_sample, summarize
+from tests.conftest import ROOT, run_cli
+
+SAMPLE = ROOT / "tests" / "fixtures" / "serving-benchmarks" / "measured_sample.csv"
+
+
+def _row(**changes) -> dict:
+    row = read_rows(SAMPLE).iloc[0].to_dict()
+    row.update(changes)
+    return row
+
+
+def test_error_factor_is_symmetric_in_the_ratio():
+    assert error_factor(200.0, 100.0) == pytest.approx(2.0)
+    assert error_factor(50.0, 100.0) == pytest.approx(2.0)
+    assert error_factor(100.0, 100.0) == 1.0
+    assert error_factor(None, 100.0) is None and error_factor(0.0, 100.0) is None
+
+
+def test_hugging_face_ids_map_to_the_databases_and_profiles():
+    assert base_model("nvidia/DeepSeek-R1-NVFP4") == "deepseek-ai/DeepSeek-R1"
+    assert base_model("nvidia/Qwen3-32B-NVFP4") == "Qwen/Qwen3-32B"
+    # aiconfigurator-core bundles DeepSeek-R1 itself; Llama-3.1-8B-Instruct under the base name.
+    assert timing_model("deepseek-ai/DeepSeek-R1") == "deepseek-ai/DeepSeek-R1"
+    assert timing_model("meta-llama/Llama-3.1-8B-Instruct") == "meta-llama/Meta-Llama-3.1-8B"
+    assert model_profile("nvidia/DeepSeek-V3.1-NVFP4") == "deepseek_v3"  # same architecture as V3
+    assert model_profile("Qwen/Qwen3-235B-A22B-FP8") == "qwen3_235b_a22b"
+    assert model_profile("someone/Unknown-7B") is None
+
+
+def test_disaggregated_and_unknown_rows_are_skipped_with_the_reason():
+    with pytest.raises(RowSkipped, match=DISAGG_REASON):
+        row_scenario(_row(mode="disagg"))
+    skipped = emulate_row(_row(model_path="someone/Unknown-7B"))
+    assert skipped.predicted_ttft_ms is None and "Unknown-7B" in skipped.skipped
+    assert "h900" in emulate_row(_row(system="h900")).skipped
+
+
+def test_row_scenario_is_the_benchmark():
+    row = _row()
+    data = row_scenario(row)
+    client = data["workload"]["agent_classes"]["client"]
+    dp = int(row["attention_dp_size"]) if row["attention_dp_size"] == row["attention_dp_size"] else 1
+    assert client["arrival"]["concurrent"] == int(row["batch_size"]) * max(dp, 1) == data["serving"]["max_num_seqs"]
+    assert client["initial_context_tokens"] == int(row["isl"]) and client["output_tokens"] == int(row["osl"])
+    assert client["calls_per_session"] == 1 and client["tools_prefix_tokens"] == 0  # no prefix reuse
+    assert data["serving"]["engine"] == row["backend"]
+    assert data["serving"]["parallelism"]["tp"] == int(row["tp_size"])
+
+
+def test_stratified_sample_is_deterministic_and_covers_the_strata():
+    frame = read_rows(SAMPLE)
+    sample = stratified_sample(frame, 6)
+    assert len(sample) == 6
+    assert sample["id"].tolist() == stratified_sample(frame.iloc[::-1], 6)["id"].tolist()  # order-free
+    strata = frame.groupby(["system", "backend", "mode"]).ngroups
+    assert sample.groupby(["system", "backend", "mode"]).ngroups == min(6, strata)
+
+
+def test_summary_groups_and_skip_reasons():
+    frame = read_rows(SAMPLE)
+    disagg = frame[frame["mode"] == "disagg"].iloc[0].to_dict()
+    results = [emulate_row(disagg)]
+    summary = summarize(results)
+    assert summary["all"]["emulated"] == 0 and summary["skipped_reasons"] == {DISAGG_REASON: 1}
+    assert summary["groups"][0]["mode"] == "disagg"
+
+
+def test_bad_files_get_one_message_and_exit_code_2(tmp_path: Path):
+    missing = run_cli("check-timing", str(tmp_path / "nope.csv"))
+    assert missing.returncode == 2 and "nope.csv" in missing.stderr and "Traceback" not in missing.stderr
+    no_column = tmp_path / "cols.csv"
+    no_column.write_text("id,backend\na,vllm\n")
+    result = run_cli("check-timing", str(no_column))
+    assert result.returncode == 2 and "missing column" in result.stderr and "line 1" in result.stderr
+    bad = tmp_path / "bad.csv"
+    frame = pd.read_csv(SAMPLE)
+    frame.loc[2, "isl"] = -5
+    frame.to_csv(bad, index=False)
+    result = run_cli("check-timing", str(bad))
+    assert result.returncode == 2 and "line 4" in result.stderr and "isl" in result.stderr
+    result = run_cli("check-timing", str(SAMPLE), "--sample", "1", "--set", "serving.no_such_field=1")
+    assert result.returncode == 2 and "no_such_field" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_check_timing_sample_in_json(tmp_path: Path):
+    """The whole command on the stratified fixture: every aggregated row emulated, JSON in the
+    documented shape, and the error medians within the accuracy the docs state."""
+    result = run_cli("check-timing", str(SAMPLE), "--json", timeout=600)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    frame = read_rows(SAMPLE)
+    assert [r["id"] for r in out["rows"]] == frame["id"].tolist()
+    assert all(set(r) == {"id", "predicted_ttft_ms", "predicted_tpot_ms", "skipped"} for r in out["rows"])
+    by_id = {r["id"]: r for r in out["rows"]}
+    for row in frame.to_dict("records"):
+        got = by_id[row["id"]]
+        if row["mode"] == "agg":
+            assert got["skipped"] is None and got["predicted_ttft_ms"] > 0 and got["predicted_tpot_ms"] > 0
+        else:
+            assert got["skipped"] == DISAGG_REASON and got["predicted_ttft_ms"] is None
+    aggregated = out["summary"]["aggregated"]
+    assert aggregated["emulated_fraction"] == 1.0
+    assert aggregated["tpot_error_median"] <= TPOT_MEDIAN_BOUND
+    assert aggregated["ttft_error_median"] <= TTFT_MEDIAN_BOUND
+    errors = [error_factor(by_id[r["id"]]["predicted_tpot_ms"], r["silicon_tpot_ms"])
+              for r in frame.to_dict("records") if r["mode"] == "agg"]
+    assert math.isclose(sorted(errors)[len(errors) // 2] if len(errors) % 2 else
+                        sum(sorted(errors)[len(errors) // 2 - 1: len(errors) // 2 + 1]) / 2,
+                        aggregated["tpot_error_median"])
+
+
+#: Error-factor medians on the fixture sample (docs/validation.md gives the full-file table).
+TPOT_MEDIAN_BOUND = 1.4
+TTFT_MEDIAN_BOUND = 2.0

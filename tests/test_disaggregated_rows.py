@@ -1,0 +1,65 @@
+"""``mode: disagg`` rows of measured_runs.csv become disaggregated scenarios that run."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentsim.engine.loading import scenario_from_dict
+from agentsim.engine.simulation import run_scenario
+from agentsim.experiments.disaggregated_rows import DisaggRowError, concurrency, disaggregated_row_scenario
+
+# A disaggregated row as measured_runs.csv spells it (dsr1_gb300_trtllm_fp8_disagg_8192x1024_c36_cfg392).
+ROW = {"id": "dsr1_gb300_trtllm_fp8_disagg_8192x1024_c36_cfg392", "backend": "trtllm", "system": "gb300",
+       "model_path": "deepseek-ai/DeepSeek-R1", "mode": "disagg", "isl": 8192, "osl": 1024,
+       "silicon_data_source": "db-dump/2026-04-27; config_id=392; silicon_concurrency=36; measured=2026-02-05",
+       "batch_size": float("nan"), "tp_size": float("nan"),
+       "prefill_batch_size": 1.0, "prefill_num_workers": 1.0, "prefill_tp_size": 1.0, "prefill_pp_size": 1.0,
+       "prefill_attention_dp_size": 4.0, "prefill_moe_tp_size": 1.0, "prefill_moe_ep_size": 4.0,
+       "decode_batch_size": 9.0, "decode_num_workers": 4.0, "decode_tp_size": 8.0, "decode_pp_size": 1.0,
+       "decode_attention_dp_size": 1.0, "decode_moe_tp_size": 1.0, "decode_moe_ep_size": 8.0}
+
+
+def aggregated(row: dict) -> dict:
+    """What an aggregated row's builder returns for ``row`` (check-timing's shape, small)."""
+    gpus = int(row["tp_size"] * row["pp_size"] * row["attention_dp_size"])
+    return {"name": row["id"], "seed": 0, "duration_s": 20.0,
+            "hardware": {"profile": "gb300_nvl72", "gpus_per_instance": gpus, "instances": 1},
+            "model": {"profile": "deepseek_v3"}, "cache": {"block_tokens": 16},
+            "serving": {"engine": row["backend"], "max_num_seqs": int(row["batch_size"]),
+                        "parallelism": {"tp": int(row["tp_size"]), "attention_dp": int(row["attention_dp_size"]),
+                                        "moe_ep": int(row["moe_ep_size"])}},
+            "workload": {"global_system_prompt_tokens": 0, "agent_classes": {"client": {
+                "arrival": {"kind": "population", "concurrent": int(row["batch_size"]), "ramp_s": 0},
+                "tools_prefix_tokens": 0, "initial_context_tokens": int(row["isl"]), "calls_per_session": 1,
+                "tool_gap_s": 0, "human_turn_probability": 0, "appended_tokens": 0,
+                "output_tokens": int(row["osl"]) // 8, "max_context_tokens": int(row["isl"] + row["osl"]) + 16}}},
+            "run": {"belady_headroom": False, "check_invariants": True}}
+
+
+def test_pools_come_from_the_prefill_and_decode_columns():
+    data = disaggregated_row_scenario(ROW, aggregated)
+    scenario = scenario_from_dict(data)
+    pools = scenario.serving.disaggregation
+    assert (pools.prefill.workers, pools.prefill.gpus_per_worker) == (1, 4)
+    assert (pools.prefill.parallelism.attention_dp, pools.prefill.parallelism.moe_ep) == (4, 4)
+    assert (pools.decode.workers, pools.decode.gpus_per_worker, pools.decode.max_num_seqs) == (4, 8, 9)
+    assert (pools.decode.parallelism.tp, pools.decode.parallelism.moe_ep) == (8, 8)
+    # The aggregated part is the prefill pool's deployment and the benchmark's 36 clients.
+    assert scenario.hardware.gpus_per_instance == 4
+    assert scenario.workload.agent_classes["client"].arrival.concurrent == 36
+
+
+def test_the_emulated_row_runs_disaggregated():
+    result = run_scenario(scenario_from_dict(disaggregated_row_scenario(ROW, aggregated)))
+    done = result.tables["requests"].query("not rejected")
+    assert len(done) >= 36 and result.summary["disaggregated"]
+    assert set(done.instance) == {0, 1, 2, 3} and set(done.prefill_worker) == {0}
+    # 8192 fresh tokens per call, all of them handed over (no prefix is shared).
+    assert (done.kv_transfer_bytes == 8192 * result.scenario.model.kv_bytes_per_token).all()
+
+
+def test_concurrency_falls_back_to_decode_slots():
+    assert concurrency(ROW) == 36
+    assert concurrency({**ROW, "silicon_data_source": "db-dump"}) == 36
+    with pytest.raises(DisaggRowError, match="prefill_num_workers"):
+        disaggregated_row_scenario({**ROW, "prefill_num_workers": float("nan")}, aggregated)

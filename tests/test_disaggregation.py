@@ -1,0 +1,140 @@
+"""Disaggregated prefill/decode serving: the KV hand-off's timing on hand-built links, pool
+placement, and whole runs (token conservation, TTFT parts, determinism, bad configurations)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import simpy
+
+from agentsim.cluster.serving.disaggregation import HandoffPorts, WorkerPlacement, place_pools, transfer_links
+from agentsim.config.scenario import HardwareConfig
+from agentsim.engine.loading import load_scenario
+from agentsim.engine.simulation import run_scenario
+from agentsim.errors import InputError
+from tests.conftest import ROOT
+
+SCENARIO = ROOT / "scenarios" / "coding-agents.yaml"
+SMALL = ["workload.agent_classes.coding.arrival.concurrent=24", "duration_s=3m", "run.belady_headroom=false",
+         "run.check_invariants=true"]
+DISAGG = ["serving.disaggregation.prefill.workers=2", "serving.disaggregation.decode.workers=2"]
+HW = HardwareConfig(nvlink_bytes_per_s=100e9, nvlink_latency_s=2e-6, nic_bytes_per_s=10e9, rdma_latency_s=5e-6)
+
+
+def timed_transfers(sizes_bytes, same_domain: bool, efficiency: float = 1.0) -> list[float]:
+    """End times of hand-offs of ``sizes_bytes`` started together from one prefill worker (4 GPUs)
+    to one decode worker (4 GPUs)."""
+    env = simpy.Environment()
+    source, dest = HandoffPorts(env, "p", 4, HW, efficiency), HandoffPorts(env, "d", 4, HW, efficiency)
+    links = transfer_links(source, WorkerPlacement(0, 0), dest, WorkerPlacement(4, 0 if same_domain else 1))
+    ends = []
+
+    def one(size):
+        yield simpy.AllOf(env, [link.transfer(size) for link in links])
+        ends.append(env.now)
+
+    for size in sizes_bytes:
+        env.process(one(size))
+    env.run()
+    return ends
+
+
+def test_handoff_time_is_bytes_over_link_bandwidth_plus_latency():
+    size = 2e9
+    # Same NVLink domain: 4 GPUs x 100 GB/s of NVLink at both ends.
+    assert timed_transfers([size], True) == [pytest.approx(2e-6 + size / 400e9, rel=1e-9)]
+    # Different domains: the NICs, 4 x 10 GB/s.
+    assert timed_transfers([size], False) == [pytest.approx(5e-6 + size / 40e9, rel=1e-9)]
+    # The transfer engine's efficiency scales the bandwidth.
+    assert timed_transfers([size], False, 0.5) == [pytest.approx(5e-6 + size / 20e9, rel=1e-9)]
+
+
+def test_concurrent_handoffs_share_the_ports():
+    size = 2e9
+    ends = timed_transfers([size, size], False)
+    assert ends == [pytest.approx(5e-6 + 2 * size / 40e9, rel=1e-9)] * 2
+
+
+def test_pools_are_placed_domain_by_domain():
+    prefill, decode = place_pools(3, 8, 2, 32, 72)
+    assert [p.first_gpu for p in prefill] == [0, 8, 16]
+    assert [p.domain for p in prefill] == [0, 0, 0]
+    # 24 + 32 = 56 fits the first domain; the next 32 would straddle it, so it starts at 72.
+    assert [(p.first_gpu, p.domain) for p in decode] == [(24, 0), (72, 1)]
+
+
+@pytest.fixture(scope="module")
+def disaggregated_run():
+    return run_scenario(load_scenario(SCENARIO, SMALL + DISAGG))
+
+
+def test_run_conserves_tokens_and_hands_every_call_over(disaggregated_run):
+    result = disaggregated_run
+    requests = result.tables["requests"]
+    done = requests[~requests.rejected]
+    assert len(done) > 100
+    assert (done.hit_tokens + done.recomputed_tokens == done.prompt_tokens).all()
+    assert done.prefill_worker.isin([0, 1]).all() and done.instance.isin([0, 1]).all()
+    assert set(done.prefill_worker) == {0, 1}
+    kv_bytes_per_token = result.scenario.model.kv_bytes_per_token
+    assert (done.kv_transfer_bytes == (done.prompt_tokens - done.decode_hit_tokens) * kv_bytes_per_token).all()
+    assert (done.kv_transfer_s > 0).all()
+    # Sessions come back to the decode worker that holds their history: most of a prompt is
+    # already there, and only the rest is sent.
+    assert done.decode_hit_tokens.sum() > 0.5 * done.prompt_tokens.sum()
+    summary = result.summary
+    assert summary["disaggregated"] and summary["kv_transfers"] == len(requests)
+    assert summary["kv_transfer_bytes"] == pytest.approx(done.kv_transfer_bytes.sum())
+    assert summary["kv_transfer_bytes_by_link_kind"]["nvlink"] == pytest.approx(done.kv_transfer_bytes.sum())
+    assert summary["kv_transfer_bytes_by_link_kind"]["network"] == 0   # 16 GPUs: one NVLink domain
+    assert summary["ttft_kv_transfer_mean_s"] == pytest.approx(done.kv_transfer_s.mean())
+
+
+def test_ttft_is_prefill_queue_plus_prefill_plus_decode_queue_plus_transfer(disaggregated_run):
+    done = disaggregated_run.tables["requests"].query("not rejected")
+    parts = done.queue_wait_s + done.prefill_s + done.decode_queue_s + done.kv_transfer_s
+    assert (parts - done.ttft_s).abs().max() < 1e-9
+    assert (done.prefill_s > 0).all() and (done.decode_queue_s >= 0).all()
+
+
+def test_disaggregated_runs_repeat(disaggregated_run):
+    again = run_scenario(load_scenario(SCENARIO, SMALL + DISAGG))
+    pd.testing.assert_frame_equal(again.tables["requests"], disaggregated_run.tables["requests"])
+    pd.testing.assert_frame_equal(again.tables["links"], disaggregated_run.tables["links"])
+
+
+def test_cross_domain_handoffs_use_the_nics():
+    # 8-GPU prefill workers and 64-GPU decode workers: the second decode worker is in rack 2.
+    result = run_scenario(load_scenario(SCENARIO, SMALL + [
+        "model.profile=deepseek_v3", "serving.disaggregation.prefill.workers=2",
+        "serving.disaggregation.prefill.gpus_per_worker=8", "serving.disaggregation.decode.workers=2",
+        "serving.disaggregation.decode.gpus_per_worker=64"]))
+    done = result.tables["requests"].query("not rejected")
+    by_kind = result.summary["kv_transfer_bytes_by_link_kind"]
+    to_rack_2 = done[done.instance == 1].kv_transfer_bytes.sum()
+    assert to_rack_2 > 0 and by_kind["network"] == pytest.approx(to_rack_2)
+    assert by_kind["nvlink"] == pytest.approx(done[done.instance == 0].kv_transfer_bytes.sum())
+
+
+def test_decode_pool_takes_its_own_router():
+    requests = run_scenario(load_scenario(SCENARIO, SMALL + DISAGG + [
+        "serving.disaggregation.decode_router=round_robin"])).tables["requests"]
+    counts = requests.instance.value_counts()
+    assert set(counts.index) == {0, 1} and abs(counts[0] - counts[1]) <= 1
+
+
+def test_aggregated_runs_have_no_handoff_columns_filled():
+    requests = run_scenario(load_scenario(SCENARIO, SMALL)).tables["requests"]
+    assert (requests.prefill_worker == -1).all() and requests.kv_transfer_s.isna().all()
+
+
+@pytest.mark.parametrize("override,fragment", [
+    ("serving.disaggregation.decode.parallelism.tp=3", "serving.disaggregation.decode.parallelism.tp"),
+    ("serving.disaggregation.prefill.gpus_per_worker=1", "serving.disaggregation.prefill.gpus_per_worker"),
+    ("cache.tiers.dram.enabled=true", "serving.disaggregation"),
+    ("serving.disaggregation.decode_router=nearest", "unknown router"),
+])
+def test_bad_disaggregation_is_reported_with_its_path(override, fragment):
+    with pytest.raises(InputError) as info:
+        load_scenario(SCENARIO, SMALL + DISAGG + [override])
+    assert fragment in str(info.value)

@@ -1,0 +1,71 @@
+"""Adding a tier kind and adding a metric, as docs/design.md ("Where does X go") describes them,
+done from a test: one registration each, no edits to agentsim's own files."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentsim.engine.loading import load_scenario
+from agentsim.engine.simulation import run_scenario
+from agentsim.hardware import tier_kinds
+from agentsim.hardware.tier_kinds import LinkSpec, TierKind
+from agentsim.metrics import catalogue
+from agentsim.metrics.catalogue import Metric
+from tests.conftest import ROOT
+
+SMALL = ["duration_s=3m", "hardware.instances=1", "workload.agent_classes.coding.arrival.concurrent=24",
+         "workload.agent_classes.coding.arrival.ramp_s=10s", "hardware.kv_capacity_bytes=2GB",
+         "cache.tiers.disk.enabled=false", "run.belady_headroom=false"]
+
+
+@pytest.fixture
+def cxl_kind():
+    """CXL memory expander: one per instance, loads straight into HBM over its own link."""
+    kind = TierKind(
+        "cxl", "CXL-attached memory expander (test kind)",
+        load_links=("cxl_read",), write_links=("cxl_write",),
+        endpoints={("cxl", "hbm"): "cxl_read", ("hbm", "cxl"): "cxl_write"},
+        links=(LinkSpec("cxl_read", "inst{instance}.cxl_read", "instance", "cxl",
+                        lambda hw, g, cfg: cfg.bandwidth_bytes_per_s, lambda hw, cfg: cfg.latency_s),
+               LinkSpec("cxl_write", "inst{instance}.cxl_write", "instance", "cxl",
+                        lambda hw, g, cfg: cfg.bandwidth_bytes_per_s, lambda hw, cfg: cfg.latency_s)),
+        tier_link_fields=True,
+        capacity_note="a CXL expander's size is not part of the hardware profile",
+    )
+    tier_kinds.register_tier_kind(kind)
+    yield kind
+    tier_kinds.unregister_tier_kind("cxl")
+
+
+def test_a_tier_kind_registered_from_outside_serves_hits(cxl_kind):
+    path = ROOT / "scenarios" / "gb300-nvl72-tiers.yaml"
+    overrides = SMALL + ["cache.tiers.dram.enabled=false",
+                         "cache.tiers.cxl={capacity_bytes: 200GB, bandwidth_bytes_per_s: 64GB/s, latency_s: 2us}"]
+    summary = run_scenario(load_scenario(path, overrides)).summary
+    assert summary["hit_ratio_by_tier"]["cxl"] > 0
+    assert summary["link_kinds"]["cxl"]["bytes"] > 0
+    without = run_scenario(load_scenario(path, SMALL + ["cache.tiers.dram.enabled=false"])).summary
+    assert summary["hit_ratio"] > without["hit_ratio"]
+
+
+def test_a_metric_registered_from_outside_reaches_the_summary_and_the_table(small_scenario_yaml):
+    from rich.console import Console
+
+    from agentsim.commands.common import summary_table
+
+    metric = catalogue.register(Metric("long_prompt_share", "share of prompts over 10k tokens", "fraction",
+                                       table="summary",
+                                       compute=lambda done: float((done["prompt_tokens"] > 10_000).mean())))
+    try:
+        result = run_scenario(load_scenario(small_scenario_yaml))
+        done = result.tables["requests"]
+        done = done[~done.rejected]
+        expected = float((done[done.arrival_s >= load_scenario(small_scenario_yaml).run.warmup_s]
+                          .prompt_tokens > 10_000).mean())
+        assert result.summary["long_prompt_share"] == pytest.approx(expected)
+        console = Console(record=True, width=200)
+        console.print(summary_table(result.summary))
+        assert "share of prompts over 10k tokens" in console.export_text()
+    finally:
+        catalogue.unregister(metric.key)
+    assert "long_prompt_share" not in run_scenario(load_scenario(small_scenario_yaml)).summary

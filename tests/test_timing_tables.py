@@ -1,0 +1,98 @@
+"""Measured step timing: tables from aiconfigurator-core, their disk cache, the nearest-precision
+substitution and the roofline fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agentsim.engine.loading import scenario_from_dict
+from agentsim.hardware.timing import select
+from agentsim.hardware.timing.deployment import Deployment
+from agentsim.hardware.timing.precision_fallback import nearest_precision
+from agentsim.hardware.timing.tables import (_implausible, _non_decreasing_in_batch, build_tables, compile_engine,
+                                             load_or_build)
+from agentsim.hardware.timing.tabulated import TabulatedTimer
+
+LLAMA_8B = Deployment(model="meta-llama/Meta-Llama-3.1-8B", system="h200_sxm", backend="vllm", tp=1,
+                      max_num_tokens=2048, max_num_seqs=64, max_context_tokens=8192)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTSIM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(select, "_BUILT", {})
+    return tmp_path / "timing"
+
+
+def _scenario(**model):
+    return scenario_from_dict({
+        "name": "t", "seed": 1, "duration_s": 10,
+        "hardware": {"profile": "h200_sxm", "gpus_per_instance": 1},
+        "model": {"profile": "llama31_8b", **model},
+        "serving": {"engine": "vllm", "max_num_seqs": 64, "max_num_batched_tokens": 2048},
+        "workload": {"agent_classes": {"c": {"arrival": {"kind": "population", "concurrent": 1},
+                                             "max_context_tokens": 8192}}}})
+
+
+def test_tables_built_fresh_and_loaded_from_the_cache_are_identical(cache):
+    fresh = load_or_build(LLAMA_8B)
+    files = list(cache.glob("*.npz"))
+    assert len(files) == 1
+    loaded = load_or_build(LLAMA_8B)
+    assert loaded == fresh  # dataclass equality: every grid value and the provenance
+    assert build_tables(LLAMA_8B) == fresh  # and a rebuild gives the same numbers
+
+
+def test_tabulated_decode_steps_agree_with_direct_engine_calls(cache):
+    tables = load_or_build(LLAMA_8B)
+    timer = TabulatedTimer(tables, kv_bytes_per_token=131072, chunk_tokens=2048)
+    engine = compile_engine(LLAMA_8B)._engine
+    errors = []
+    for batch, context in ((3, 700), (11, 1500), (27, 3000), (50, 6000)):  # off the table's grid points
+        direct_s = engine.decode_step_latency(batch, context - 1, 1, 1.0) * 1e-3
+        errors.append(abs(timer.iteration_s((), batch, batch * context) / direct_s - 1.0))
+    assert max(errors) < 0.01
+
+
+def test_a_model_the_databases_lack_falls_back_to_the_roofline_with_the_reason(cache):
+    timer, choice = select.build_timer(_scenario(name="example/Not-In-The-Databases-8B"))
+    assert choice.source == "roofline" and timer.source == "roofline"
+    assert "Not-In-The-Databases-8B" in choice.reason and choice.reason.startswith("measured timing unavailable")
+    # The roofline still times steps: a decode step is positive and grows with the batch.
+    assert 0 < timer.iteration_s((), 1, 1000) < timer.iteration_s((), 64, 64000)
+
+
+def test_a_covered_model_gets_measured_timing(cache):
+    timer, choice = select.build_timer(_scenario())
+    assert choice.source == "measured" and "h200_sxm/vllm" in choice.reason
+    assert timer.iteration_s(((1024, 0),), 0, 0.0) > timer.iteration_s((), 1, 1024)
+
+
+def test_missing_fp8_attention_data_is_timed_with_bfloat16_kernels():
+    deployment = Deployment(model="deepseek-ai/DeepSeek-V3", system="b200_sxm", backend="sglang", tp=8, moe_tp=8, moe_ep=1)
+    message = 'perf database error: context MLA data missing for ContextKey { fmha_quant: "fp8", kv_quant: "fp8" }'
+    nearer, note = nearest_precision(deployment, message)
+    assert nearer.fmha_quant == "bfloat16" and "bfloat16" in note
+    assert nearest_precision(nearer, message) is None  # no second substitution of the same kind
+    moe = 'MoE data missing for MoeKey { quant: "fp8", distribution: "power_law_1.2", topk: 8 }'
+    assert nearest_precision(deployment, moe)[0].moe_quant == "fp8_block"
+    assert nearest_precision(deployment, "GEMM perf data missing for quant 'int4_wo'") is None
+
+
+def test_the_substitution_is_used_and_said_in_the_timing_reason(cache):
+    deployment = Deployment(model="deepseek-ai/DeepSeek-V3", system="b200_sxm", backend="sglang", tp=8, moe_tp=8,
+                            moe_ep=1, gemm_quant="fp8", moe_quant="fp8_block", max_num_tokens=1024,
+                            max_num_seqs=16, max_context_tokens=4096)
+    tables, notes = select._build_nearest(deployment)
+    assert notes == ["attention timed with bfloat16 kernels (the database has no FP8 attention data)"]
+    assert np.all(np.isfinite(tables.decode_s))
+
+
+def test_decode_jitter_is_smoothed_and_a_gross_drop_is_rejected():
+    jitter = [[1.0, 2.0], [0.9, 2.1], [1.2, 2.2]]  # batch 2 is 10% faster than batch 1 at context 0
+    smoothed, factor = _non_decreasing_in_batch(jitter)
+    assert smoothed == [[1.0, 2.0], [1.0, 2.1], [1.2, 2.2]] and factor == pytest.approx(1 / 0.9)
+    assert _implausible([1, 2, 4], jitter) is None
+    gross = [[80e-3], [40e-3], [60e-3]]  # batch 1 twice as slow as batch 2
+    assert "less than" in _implausible([1, 2, 4], gross)
