@@ -19,8 +19,8 @@ NVMe, the default ``kv_aware`` router), each in its own process so that peak mem
 CPU is the event loop's (from the first event to the end of the run): building the timing
 tables and the result's tables are fixed costs per run, not per request.
 
-Racks are written as ``hardware.instances`` (18 four-GPU instances per rack). CPU time rather
-than wall time, because the machine is shared.
+A multiple of 18 instances is that many racks (``hardware.racks``: NVLink inside a rack, the
+scale-out network between racks). CPU time rather than wall time, because the machine is shared.
 
     .venv/bin/python bench/bench_scale.py
     .venv/bin/python bench/bench_scale.py --child INSTANCES AGENTS DURATION   # one run, prints JSON
@@ -46,8 +46,10 @@ def child(instances: int, agents: int, duration: str) -> None:
     from agentsim.engine.loading import load_scenario
     from agentsim.engine.simulation import Simulation
 
+    racks = instances // INSTANCES_PER_RACK if instances % INSTANCES_PER_RACK == 0 else 1
     scenario = load_scenario(SCENARIO, [f"workload.agent_classes.coding.arrival.concurrent={agents}",
-                                        f"duration_s={duration}", f"hardware.instances={instances}"])
+                                        f"duration_s={duration}", f"hardware.instances={instances}",
+                                        f"hardware.racks={max(1, racks)}"])
     simulation = Simulation(scenario)
     loop_done: list[float] = []
     build_result = simulation._result
