@@ -68,8 +68,10 @@ def __getattr__(name: str):
 
 
 def _command_named(args: list[str]) -> str | None:
-    """The sub-command ``args`` name, if the first argument is one (options come after it)."""
-    return args[0] if args and args[0] in COMMAND_MODULES else None
+    """The module of the sub-command ``args`` names, if the first argument is one (options come
+    after it); a command is spelt with dashes where its module has underscores (``check-timing``)."""
+    module = args[0].replace("-", "_") if args else None
+    return module if module in COMMAND_MODULES else None
 
 
 def fail(error: InputError) -> None:

@@ -85,7 +85,7 @@ def test_help_lists_every_command_and_version_prints_the_package_version():
     helped = run_cli("--help")
     assert helped.returncode == 0
     for name in COMMAND_MODULES:
-        assert f" {name} " in helped.stdout, name
+        assert f" {name.replace('_', '-')} " in helped.stdout, name
     shown = run_cli("--version")
     assert shown.returncode == 0 and shown.stdout.strip() == f"agentsim {version('agentsim')}"
 
@@ -96,3 +96,24 @@ def test_a_single_command_app_still_parses_as_a_subcommand():
     assert json.loads(proc.stdout)["requests"] == 40
     unknown = run_cli("replya", str(MOONCAKE40))
     assert unknown.returncode == 2 and "No such command" in unknown.stderr
+
+
+def test_help_imports_neither_numpy_nor_pandas():
+    modules = _modules_after(
+        "from agentsim.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n")
+    assert "agentsim.commands.run" in modules   # every command was registered for the listing
+    assert not {"numpy", "pandas", "simpy"} & modules
+
+
+def test_a_dashed_command_builds_only_its_own_module():
+    modules = _modules_after(
+        "from agentsim.cli import main\n"
+        "try:\n"
+        "    main(['check-timing', '--help'])\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n")
+    assert "agentsim.commands.check_timing" in modules and "agentsim.commands.run" not in modules
