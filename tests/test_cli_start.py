@@ -97,3 +97,24 @@ def test_a_single_command_app_still_parses_as_a_subcommand():
     assert json.loads(proc.stdout)["requests"] == 40
     unknown = run_cli("replya", str(MOONCAKE40))
     assert unknown.returncode == 2 and "No such command" in unknown.stderr
+
+
+def test_help_imports_neither_numpy_nor_pandas():
+    modules = _modules_after(
+        "from agentsim.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n")
+    assert "agentsim.commands.run" in modules   # every command was registered for the listing
+    assert not {"numpy", "pandas", "simpy"} & modules
+
+
+def test_a_dashed_command_builds_only_its_own_module():
+    modules = _modules_after(
+        "from agentsim.cli import main\n"
+        "try:\n"
+        "    main(['check-timing', '--help'])\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n")
+    assert "agentsim.commands.check_timing" in modules and "agentsim.commands.run" not in modules

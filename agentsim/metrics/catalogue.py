@@ -18,10 +18,10 @@ Order matters: the CLI and report tables list metrics in registration order with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:  # annotations only: the command line imports this module for its table rows,
+    import pandas as pd  # and ``agentsim --help`` must not pay for numpy and pandas
 
 #: Where a metric is listed: the main summary table, the memory-hierarchy rows, or neither.
 Table = Literal["summary", "hierarchy"]
