@@ -46,6 +46,7 @@ import numpy as np
 
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.policy import EvictionPolicy
+from agentsim.engine.policy_factory import eviction_policy
 from agentsim.cache.radix import RadixCache
 from agentsim.cache.sequential import replay_sequence
 
@@ -243,7 +244,6 @@ class RunDiagnostics:
             return {**empty, "belady_headroom_skipped": "no request used the cache"}
         started = time.perf_counter()
         ref = self.scenario.cache.eviction
-        policy_cls = EVICTION_POLICIES.get(ref.name)
         opt_hits = pol_hits = requested = 0
         for inst in self.instances:
             stream = sorted(self.streams[inst.instance_id], key=lambda r: (r[0], r[1]))
@@ -256,7 +256,7 @@ class RunDiagnostics:
             if ref.name == "belady":
                 pol_hits += hits
             else:
-                policy = policy_cls(EVICTION_POLICIES.validate_params(ref.name, ref.params))
+                policy = eviction_policy(ref, self.scenario)
                 pol_hits += replay_stream(stream, capacity, policy)[0]
         if requested == 0:
             return {**empty, "belady_headroom_skipped": "no request used the cache"}
