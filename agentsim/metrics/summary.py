@@ -1,9 +1,13 @@
 """Run-level summary metrics from the request table.
 
 Conventions: percentiles are linear-interpolated (numpy default) over requests that arrived
-after the warm-up and were not rejected; ``hit_ratio`` is token-weighted (hit prompt tokens /
-prompt tokens); SLA attainment counts a request as met if TTFT <= slo.ttft_s and TPOT <=
-slo.tpot_s; rejected requests count as missed.
+after the warm-up and were served (not rejected); beside them ``requests_rejected`` and
+``rejected_fraction`` (rejected / measured requests) say how many requests the latency
+percentiles leave out, so a run that rejects its slowest requests cannot look fast unnoticed.
+``hit_ratio`` is token-weighted: hit prompt tokens / prompt tokens of *every* measured request,
+a rejected prompt counting as all misses (its tokens are in ``rejected_prompt_tokens``; the
+cache never saw it, but the caller had to compute it elsewhere). SLA attainment counts a request
+as met if TTFT <= slo.ttft_s and TPOT <= slo.tpot_s; rejected requests count as missed.
 """
 
 from __future__ import annotations
@@ -53,15 +57,20 @@ def summarize_requests(requests: pd.DataFrame, warmup_s: float) -> dict:
     done = measured[~measured.rejected.astype(bool)]
     prompt = int(done.prompt_tokens.sum())
     hit = int(done.hit_tokens.sum())
+    rejected = int(measured.rejected.sum())
+    rejected_prompt = int(measured.prompt_tokens.sum()) - prompt
     summary = {
         "requests": int(len(requests)),
         "requests_measured": int(len(done)),
-        "requests_rejected": int(measured.rejected.sum()),
+        "requests_rejected": rejected,
+        "rejected_fraction": rejected / len(measured) if len(measured) else float("nan"),
         "prompt_tokens": prompt,
+        "rejected_prompt_tokens": rejected_prompt,
         "output_tokens": int(done.output_tokens.sum()),
         "hit_tokens": hit,
         "recomputed_tokens": int(done.recomputed_tokens.sum()),
-        "hit_ratio": hit / prompt if prompt else float("nan"),
+        # rejected prompts count as misses (see the module docstring)
+        "hit_ratio": hit / (prompt + rejected_prompt) if prompt + rejected_prompt else float("nan"),
         "sla_attainment": float(measured.slo_met.mean()) if len(measured) else float("nan"),
     }
     summary.update(latency_summary(done))
