@@ -28,6 +28,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from agentsim.plot_style import POLICY_COLORS, hue_palette, policy_color, zoom_ratio_axis  # noqa: F401  (re-exported)
 from agentsim.hardware.tier_kinds import tier_names
 from agentsim.metrics.catalogue import EVICTION_REASONS, axis_label
 from agentsim.metrics.summary import GAP_BUCKETS
@@ -78,6 +79,11 @@ def _hue_order(frame: pd.DataFrame, hue: str | None) -> list | None:
     return list(dict.fromkeys(frame[hue].tolist()))  # first appearance: the sweep's cell order
 
 
+#: The bound column of each hit-ratio column it may be drawn against (same units and mode):
+#: Belady's replay is block-weighted and cache-only, like ``policy_replay_hit_ratio``.
+BOUND_FOR = {"belady_replay_hit_ratio": ("policy_replay_hit_ratio",)}
+
+
 def _fmt_s(value: float) -> str:
     if not math.isfinite(value):
         return "-"
@@ -105,7 +111,7 @@ def latency_cdf(requests: pd.DataFrame, metrics: Sequence[str] = ("ttft_s", "e2e
     if hue is not None and hue not in done:
         hue = None
     order = _hue_order(done, hue)
-    palette = dict(zip(order, sns.color_palette(n_colors=len(order)))) if order else None
+    palette = (hue_palette(done, hue) or dict(zip(order, sns.color_palette(n_colors=len(order))))) if order else None
     with _style():
         fig, axes = plt.subplots(1, len(metrics), figsize=(6.2 * len(metrics), 4.6), squeeze=False)
         for ax, metric in zip(axes[0], metrics):
@@ -255,9 +261,12 @@ def hit_ratio_vs_capacity(table: pd.DataFrame, capacity: str = "kv_capacity_byte
     ``table`` has one row per run (a sweep's ``results.parquet``, or a cache-only replay table);
     several seeds per capacity give a 95% confidence band. ``bound`` is the column of the
     offline optimum at each capacity (its mean is drawn dashed); absent or all-NaN, the line is
-    left out and the figure says so. Compare like with like: Belady's bound is in the units of
-    the replay (blocks), so pair it with ``policy_replay_hit_ratio`` for a true bound.
-    The x axis is logarithmic when the capacities span more than a factor 4.
+    left out and the figure says so. The bound is drawn only against a hit ratio in its own
+    units (:data:`BOUND_FOR`: Belady's cache-only block replay against
+    ``policy_replay_hit_ratio``); against the timed token hit ratio the figure says why it is
+    left out (a timed ``belady_oracle`` run is that chart's bound). The y axis is zoomed to the
+    data; the x axis is logarithmic when the capacities span more than a factor 4. Policies have
+    the same colour in every figure (:func:`policy_color`).
     """
     _require(table, [capacity, hit], "hit ratio vs capacity")
     data = table[np.isfinite(pd.to_numeric(table[hit], errors="coerce"))].copy()
@@ -268,20 +277,31 @@ def hit_ratio_vs_capacity(table: pd.DataFrame, capacity: str = "kv_capacity_byte
     with _style():
         fig, ax = plt.subplots(figsize=(7.5, 4.8))
         sns.lineplot(data=data, x="_x", y=hit, hue=hue, hue_order=_hue_order(data, hue), style=hue, markers=True,
-                     dashes=False, errorbar=("ci", 95), ax=ax)
+                     dashes=False, errorbar=("ci", 95), ax=ax, palette=hue_palette(data, hue))
         note = None
-        if bound and bound in data and np.isfinite(pd.to_numeric(data[bound], errors="coerce")).any():
+        shown = list(pd.to_numeric(data[hit], errors="coerce"))
+        if bound and hit not in BOUND_FOR.get(bound, (hit,)):
+            note = (f"no {label(bound).split(' (')[0]} line: it is a cache-only block hit ratio, "
+                    f"not comparable with {hit}")
+        elif bound and bound in data and np.isfinite(pd.to_numeric(data[bound], errors="coerce")).any():
             opt = data.assign(_b=pd.to_numeric(data[bound], errors="coerce")).groupby("_x")._b.mean().dropna()
             ax.plot(opt.index, opt.to_numpy(), color="black", ls="--", lw=1.6, marker="*", ms=9,
                     label="Belady (offline optimum)")
-        else:
+            shown += list(opt.to_numpy())
+        elif bound:
             note = "no Belady bound in these results (tiered caches and very long streams skip it)"
         xs = data["_x"].to_numpy(dtype=float)
         if xs.min() > 0 and xs.max() / xs.min() > 4:
+            from matplotlib.ticker import FuncFormatter, NullFormatter
+
             ax.set_xscale("log")
+            # ticks at the capacities run, labelled as numbers (not 4x10^0)
+            ax.set_xticks(sorted(set(xs.tolist())))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(capacity_label or (label(capacity) if capacity_scale == 1e9 or axis_label(capacity) is None else capacity))
         ax.set_ylabel(label(hit))
-        ax.set_ylim(0, 1.02)
+        zoom_ratio_axis(ax, shown)
         ax.legend(fontsize=8, title=hue)
         if note:
             ax.text(0.01, 0.02, note, transform=ax.transAxes, fontsize=8, color="0.3")
@@ -488,15 +508,15 @@ def recompute_by_gap(requests: pd.DataFrame, hue: str | None = None, warmup_s: f
     with _style():
         fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.4))
         sns.barplot(data=agg, x="gap_label", y="recomputed_m", hue=hue, order=order, hue_order=_hue_order(agg, hue), ax=ax,
-                    color=None if hue else "C0")
+                    color=None if hue else "C0", palette=hue_palette(agg, hue))
         ax.set_xlabel("gap before the request")
         ax.set_ylabel("recomputed prompt tokens (millions)")
         ax.set_title("recomputed tokens by preceding gap")
         counts = agg.groupby("gap_label").n.sum() if not hue else agg.groupby("gap_label").n.max()
         ax.set_xticks(range(len(order)), [f"{g}\n(n={int(counts.get(g, 0)):,})" for g in order], fontsize=8)
         sns.barplot(data=agg, x="gap_label", y="hit_ratio", hue=hue, order=order, hue_order=_hue_order(agg, hue), ax=ax2,
-                    color=None if hue else "C2")
-        ax2.set_ylim(0, 1.02)
+                    color=None if hue else "C2", palette=hue_palette(agg, hue))
+        zoom_ratio_axis(ax2, agg.hit_ratio)
         ax2.set_xlabel("gap before the request")
         ax2.set_ylabel("hit ratio (tokens)")
         ax2.set_title("hit ratio by preceding gap")
@@ -553,9 +573,9 @@ def cost_vs_sla(table: pd.DataFrame, cost: str = "cost_per_million_tokens_usd", 
         seeds = ok.assign(**{sla: pd.to_numeric(ok[sla], errors="coerce"), cost: pd.to_numeric(ok[cost], errors="coerce")})
         order = _hue_order(means, hue)
         sns.scatterplot(data=seeds, x=sla, y=cost, hue=hue, hue_order=order, s=14, alpha=0.45, ax=ax, zorder=1,
-                        legend=False, color=None if hue else "C0")
+                        legend=False, color=None if hue else "C0", palette=hue_palette(seeds, hue))
         sns.scatterplot(data=means, x=sla, y=cost, hue=hue, style=style, s=90, ax=ax, zorder=2, edgecolor="black",
-                        hue_order=order, color=None if hue else "C0")
+                        hue_order=order, color=None if hue else "C0", palette=hue_palette(means, hue))
         low = float(np.nanmin(seeds[sla])) if len(seeds) else 0.0
         ax.set_xlim(max(-0.02, low - 0.05), 1.02)
         if annotate is None:
@@ -588,7 +608,7 @@ def metric_vs_axis(table: pd.DataFrame, x: str, metrics: Sequence[str], hue: str
         fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 4.0), squeeze=False)
         for i, (ax, metric) in enumerate(zip(axes[0], metrics)):
             sns.lineplot(data=data, x="_x", y=metric, hue=hue, hue_order=_hue_order(data, hue), marker="o",
-                         errorbar=("ci", 95), ax=ax, legend=i == 0)
+                         errorbar=("ci", 95), ax=ax, legend=i == 0, palette=hue_palette(data, hue))
             if thresholds and metric in thresholds:
                 ax.axhline(thresholds[metric], color="C3", ls="--", lw=1, label=f"SLO {thresholds[metric]:g}")
                 ax.legend(fontsize=7)

@@ -23,6 +23,7 @@ from typing import Any, Callable, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from agentsim.config.units import parse_unit_params
 from agentsim.errors import did_you_mean
 
 T = TypeVar("T")
@@ -101,13 +102,16 @@ class Registry(Generic[T]):
         return getattr(self.get(name), "Params", None)
 
     def validate_params(self, name: str, params: dict[str, Any] | None) -> BaseModel | None:
-        """Validate ``params`` against the class's Params model (raises pydantic ValidationError)."""
+        """Validate ``params`` against the class's Params model (raises pydantic ValidationError).
+
+        A string given to a number parameter whose name carries a unit (``ttl_s: 20m``,
+        ``..._bytes: 2GB``) is read with that unit first, as everywhere in a scenario."""
         model = self.params_model(name)
         if model is None:
             if params:
                 raise ValueError(f"{self.kind} {name!r} takes no parameters")
             return None
-        return model.model_validate(params or {})
+        return model.model_validate(parse_unit_params(model, params or {}))
 
     def create(self, name: str, params: dict[str, Any] | None = None) -> T:
         """A new instance of the class registered as ``name``, given its validated ``params``
@@ -116,14 +120,46 @@ class Registry(Generic[T]):
 
 
 def describe_params(model: type[BaseModel] | None) -> list[tuple[str, str, str]]:
-    """(name, default, description) rows for a Params model, for ``agentsim policies``."""
+    """(name, default, description) rows for a Params model, for ``agentsim policies``.
+
+    A default made by a factory is shown as the value the factory makes; numbers whose name
+    carries a unit are shown in that unit (``ttl_s`` 300 -> ``5m``)."""
     if model is None:
         return []
     rows = []
     for field_name, field in model.model_fields.items():
-        default = "required" if field.is_required() else repr(field.default)
+        if field.is_required():
+            default = "required"
+        else:
+            default = format_param_value(field_name, field.get_default(call_default_factory=True))
         rows.append((field_name, default, field.description or ""))
     return rows
 
 
-__all__ = ["Registry", "describe_params", "ValidationError"]
+def format_param_value(name: str, value: Any) -> str:
+    """A parameter value as a user would write it in a scenario (units from the name's suffix)."""
+    from agentsim.config.units import format_by_name
+
+    if isinstance(value, bool) or value is None:
+        return str(value).lower() if value is not None else "null"
+    if isinstance(value, (int, float)):
+        return format_by_name(name, value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {format_param_value(str(k), v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value) if isinstance(value, (set, frozenset)) else value
+        return "[" + ", ".join(format_param_value(name, v) for v in items) + "]"
+    return str(value)
+
+
+def summary_line(cls: type) -> str:
+    """The first paragraph of a class's docstring on one line, reST inline literals
+    (````name````) shown as plain text."""
+    doc = (cls.__doc__ or "").strip()
+    paragraph = doc.split("\n\n", 1)[0]
+    return " ".join(paragraph.split()).replace("``", "")
+
+
+__all__ = ["Registry", "describe_params", "format_param_value", "summary_line", "ValidationError"]

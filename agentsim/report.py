@@ -36,6 +36,7 @@ from agentsim.yaml_text import safe_load
 from agentsim.errors import InputError
 from agentsim.metrics.catalogue import KEY_METRICS, table_rows
 from agentsim.result_files import read_json_object, read_table
+from agentsim.metrics.deployment import deployment_lines
 
 #: Requests of at most this many cells are overlaid in a sweep's latency CDF (legibility).
 MAX_CDF_CELLS = 8
@@ -188,6 +189,7 @@ figcaption{font-size:.9rem;color:#444;margin-top:.3rem} table{border-collapse:co
 th,td{border:1px solid #ddd;padding:.25rem .55rem;text-align:right} th{background:#f4f4f4} td.l,th.l{text-align:left}
 .note{color:#7a5a00;background:#fff8e1;padding:.4rem .7rem;border-left:3px solid #e0b000;font-size:.9rem}
 details{margin:.8rem 0} summary{cursor:pointer;color:#225}
+td{white-space:nowrap} .wide{overflow-x:auto}
 """
 
 
@@ -220,15 +222,52 @@ def html_table(frame: pd.DataFrame, left: int = 1) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+#: The slowest-requests table: column -> header (words, so a header wraps) and whether it is a
+#: duration. Durations print in ms or s and token counts in K, so 14 columns fit a 1280 px page.
+SLOW_REQUEST_COLUMNS = {
+    "request_id": ("request", False), "session_id": ("session", False), "depth": ("depth", False),
+    "gap_kind": ("gap", False), "gap_before_s": ("gap before", True), "prompt_tokens": ("prompt tokens", False),
+    "hit_tokens": ("hit tokens", False), "recomputed_tokens": ("recomputed tokens", False),
+    "queue_wait_s": ("queue", True), "load_wait_s": ("load", True), "prefill_s": ("prefill", True),
+    "ttft_s": ("TTFT", True), "e2e_s": ("E2E", True), "instance": ("instance", False),
+}
+
+
+def _short_tokens(value) -> str:
+    if value is None or value != value:
+        return "-"
+    return f"{value / 1e3:.1f}K" if abs(value) >= 10_000 else f"{int(value):,}"
+
+
+def slowest_requests_table(slow: pd.DataFrame) -> str:
+    """The slowest requests as a compact HTML table (see :data:`SLOW_REQUEST_COLUMNS`)."""
+    from agentsim.config.units import format_duration
+
+    cols = [c for c in SLOW_REQUEST_COLUMNS if c in slow]
+    shown = pd.DataFrame(index=slow.index)
+    for col in cols:
+        header, duration = SLOW_REQUEST_COLUMNS[col]
+        if duration:
+            shown[header] = [format_duration(v) if v == v else "-" for v in slow[col].astype(float)]
+        elif col.endswith("_tokens"):
+            shown[header] = [_short_tokens(v) for v in slow[col]]
+        else:
+            shown[header] = slow[col].astype(str)
+    return '<div class="wide">' + html_table(shown, left=0) + "</div>"
+
+
 def _summary_rows(summary: dict) -> pd.DataFrame:
     rows = [(lbl, summary[key]) for key, lbl in table_rows("summary") + table_rows("hierarchy")
             if key in summary and summary[key] is not None and key not in ("wall_s",)]
     for key in ("cost_per_million_tokens_usd", "gpu_hours", "provider_bill_usd"):
         if key in summary and summary[key] is not None:
             rows.append((key.replace("_", " "), summary[key]))
-    for key in ("evictions_by_reason_blocks", "recomputed_tokens_by_gap", "hit_ratio_by_tier"):
+    for key in ("regime_by_tier", "evictions_by_reason_blocks", "recomputed_tokens_by_gap",
+                "recomputed_tokens_evicted_by_tier", "queue_wait_share_by_cause", "hit_ratio_by_tier"):
         if isinstance(summary.get(key), dict):
             rows.append((key.replace("_", " "), ", ".join(f"{k}={_fmt(v)}" for k, v in summary[key].items())))
+    if summary.get("ttl_warning"):
+        rows.append(("TTL warning", summary["ttl_warning"]))
     return pd.DataFrame(rows, columns=["metric", "value"])
 
 
@@ -289,6 +328,9 @@ def _run_report(run_dir: Path, b: _Builder) -> Report:
     requests = tables.get("requests", pd.DataFrame())
     if len(requests):
         requests = requests.assign(policy=summary.get("policy", "?"))
+    deployment = deployment_lines(summary.get("deployment"))
+    if deployment:
+        b.raw("<h2>Deployment</h2>" + html_table(pd.DataFrame(deployment, columns=["", "simulated"])))
     b.raw("<h2>Summary</h2>" + html_table(_summary_rows(summary)))
     b.figure("latency_cdf", "Latency distribution",
              "Empirical CDFs of TTFT and end-to-end latency (log x; logit y so the tail is readable). "
@@ -318,10 +360,7 @@ def _run_report(run_dir: Path, b: _Builder) -> Report:
              lambda: plots.link_utilisation(tables.get("link_samples"), tables.get("links")))
     if len(requests):
         slow = plots.slowest_requests(requests, warmup_s=warmup).head(15)
-        cols = [c for c in ("request_id", "session_id", "depth", "gap_kind", "gap_before_s", "prompt_tokens",
-                            "hit_tokens", "recomputed_tokens", "queue_wait_s", "load_wait_s", "prefill_s", "ttft_s",
-                            "e2e_s", "instance") if c in slow]
-        b.raw("<h2>Slowest requests by TTFT</h2>" + html_table(slow[cols], left=0))
+        b.raw("<h2>Slowest requests by TTFT</h2>" + slowest_requests_table(slow))
     if "links" in tables and len(tables["links"]):
         b.raw("<h2>Links (whole run)</h2>" + html_table(tables["links"]))
     b.raw("<details><summary>summary.json</summary><pre>" + html.escape(json.dumps(summary, indent=1)) + "</pre></details>")

@@ -41,9 +41,9 @@ def test_hugging_face_ids_map_to_the_databases_and_profiles():
     assert model_profile("someone/Unknown-7B") is None
 
 
-def test_disaggregated_and_unknown_rows_are_skipped_with_the_reason():
+def test_unknown_rows_and_disaggregated_ones_without_pools_are_skipped_with_the_reason():
     with pytest.raises(RowSkipped, match=DISAGG_REASON):
-        row_scenario(_row(mode="disagg"))
+        row_scenario(_row(mode="disagg"))   # an aggregated row's columns: no prefill_num_workers
     skipped = emulate_row(_row(model_path="someone/Unknown-7B"))
     assert skipped.predicted_ttft_ms is None and "Unknown-7B" in skipped.skipped
     assert "h900" in emulate_row(_row(system="h900")).skipped
@@ -72,11 +72,24 @@ def test_stratified_sample_is_deterministic_and_covers_the_strata():
 
 def test_summary_groups_and_skip_reasons():
     frame = read_rows(SAMPLE)
-    disagg = frame[frame["mode"] == "disagg"].iloc[0].to_dict()
-    results = [emulate_row(disagg)]
-    summary = summarize(results)
-    assert summary["all"]["emulated"] == 0 and summary["skipped_reasons"] == {DISAGG_REASON: 1}
+    disagg = frame[(frame["mode"] == "disagg") & frame["prefill_num_workers"].notna()].iloc[0].to_dict()
+    pools_missing = {**disagg, "decode_num_workers": float("nan")}
+    summary = summarize([emulate_row(pools_missing)])
+    assert summary["all"]["emulated"] == 0
+    assert summary["skipped_reasons"] == {f"{DISAGG_REASON}: column decode_num_workers is empty": 1}
     assert summary["groups"][0]["mode"] == "disagg"
+
+
+def test_disaggregated_row_is_emulated_with_its_pools():
+    frame = read_rows(SAMPLE)
+    row = frame[(frame["mode"] == "disagg") & frame["prefill_num_workers"].notna()].iloc[0].to_dict()
+    data = row_scenario(row)
+    pools = data["serving"]["disaggregation"]
+    assert pools["prefill"]["workers"] == int(row["prefill_num_workers"])
+    assert pools["decode"]["workers"] == int(row["decode_num_workers"])
+    assert pools["decode"]["parallelism"]["attention_dp"] == int(row["decode_attention_dp_size"])
+    result = emulate_row(row)
+    assert result.skipped is None and result.predicted_ttft_ms > 0 and result.predicted_tpot_ms > 0
 
 
 def test_bad_files_get_one_message_and_exit_code_2(tmp_path: Path):
@@ -111,8 +124,10 @@ def test_check_timing_sample_in_json(tmp_path: Path):
         got = by_id[row["id"]]
         if row["mode"] == "agg":
             assert got["skipped"] is None and got["predicted_ttft_ms"] > 0 and got["predicted_tpot_ms"] > 0
+        elif row["prefill_num_workers"] == row["prefill_num_workers"]:   # a disaggregated row with its pools
+            assert got["skipped"] is None and got["predicted_ttft_ms"] > 0 and got["predicted_tpot_ms"] > 0
         else:
-            assert got["skipped"] == DISAGG_REASON and got["predicted_ttft_ms"] is None
+            assert got["skipped"].startswith(DISAGG_REASON) and got["predicted_ttft_ms"] is None
     aggregated = out["summary"]["aggregated"]
     assert aggregated["emulated_fraction"] == 1.0
     assert aggregated["tpot_error_median"] <= TPOT_MEDIAN_BOUND

@@ -118,7 +118,7 @@ def test_tiers_scenario_prints_hits_per_tier_ttft_breakdown_and_links(tmp_path):
                    "--set", "duration_s=4m", "--set", "hardware.instances=2",
                    "--set", "workload.agent_classes.coding.arrival.concurrent=40")
     assert proc.returncode == 0, proc.stderr
-    for label in ("hit ratio by tier", "TTFT queue mean (s)", "TTFT load mean (s)", "TTFT prefill mean (s)",
+    for label in ("hit ratio by tier", "TTFT queue mean", "TTFT load mean", "TTFT prefill mean",
                   "link nvlink_c2c"):
         assert label in proc.stdout, label
     summary = json.loads((out / "summary.json").read_text())

@@ -20,16 +20,18 @@ ROW = {"id": "dsr1_gb300_trtllm_fp8_disagg_8192x1024_c36_cfg392", "backend": "tr
 
 
 def aggregated(row: dict) -> dict:
-    """What an aggregated row's builder returns for ``row`` (check-timing's shape, small)."""
+    """What an aggregated row's builder returns for ``row`` (check-timing's shape, small: 1/8 of
+    the output)."""
     gpus = int(row["tp_size"] * row["pp_size"] * row["attention_dp_size"])
+    clients = int(row["batch_size"] * row["attention_dp_size"])
     return {"name": row["id"], "seed": 0, "duration_s": 20.0,
             "hardware": {"profile": "gb300_nvl72", "gpus_per_instance": gpus, "instances": 1},
             "model": {"profile": "deepseek_v3"}, "cache": {"block_tokens": 16},
-            "serving": {"engine": row["backend"], "max_num_seqs": int(row["batch_size"]),
+            "serving": {"engine": row["backend"], "max_num_seqs": clients,
                         "parallelism": {"tp": int(row["tp_size"]), "attention_dp": int(row["attention_dp_size"]),
                                         "moe_ep": int(row["moe_ep_size"])}},
             "workload": {"global_system_prompt_tokens": 0, "agent_classes": {"client": {
-                "arrival": {"kind": "population", "concurrent": int(row["batch_size"]), "ramp_s": 0},
+                "arrival": {"kind": "population", "concurrent": clients, "ramp_s": 0},
                 "tools_prefix_tokens": 0, "initial_context_tokens": int(row["isl"]), "calls_per_session": 1,
                 "tool_gap_s": 0, "human_turn_probability": 0, "appended_tokens": 0,
                 "output_tokens": int(row["osl"]) // 8, "max_context_tokens": int(row["isl"] + row["osl"]) + 16}}},
@@ -40,7 +42,7 @@ def test_pools_come_from_the_prefill_and_decode_columns():
     data = disaggregated_row_scenario(ROW, aggregated)
     scenario = scenario_from_dict(data)
     pools = scenario.serving.disaggregation
-    assert (pools.prefill.workers, pools.prefill.gpus_per_worker) == (1, 4)
+    assert (pools.prefill.workers, pools.prefill.gpus_per_worker, pools.prefill.max_num_seqs) == (1, 4, 4)
     assert (pools.prefill.parallelism.attention_dp, pools.prefill.parallelism.moe_ep) == (4, 4)
     assert (pools.decode.workers, pools.decode.gpus_per_worker, pools.decode.max_num_seqs) == (4, 8, 9)
     assert (pools.decode.parallelism.tp, pools.decode.parallelism.moe_ep) == (8, 8)
@@ -61,5 +63,8 @@ def test_the_emulated_row_runs_disaggregated():
 def test_concurrency_falls_back_to_decode_slots():
     assert concurrency(ROW) == 36
     assert concurrency({**ROW, "silicon_data_source": "db-dump"}) == 36
+    # The batch size is per attention-DP rank: 64 x 32 ranks x 1 worker (dsr1_gb200 ... c2048).
+    assert concurrency({**ROW, "silicon_data_source": "", "decode_batch_size": 64.0, "decode_num_workers": 1.0,
+                        "decode_attention_dp_size": 32.0}) == 2048
     with pytest.raises(DisaggRowError, match="prefill_num_workers"):
         disaggregated_row_scenario({**ROW, "prefill_num_workers": float("nan")}, aggregated)

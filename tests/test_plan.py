@@ -183,3 +183,92 @@ def test_plan_command_on_a_real_scenario(small_scenario_yaml, tmp_path):
 def test_plan_cli_bad_slo_exits_2(small_scenario_yaml):
     result = run_cli("plan", str(small_scenario_yaml), "--slo", "ttft<=x", "--vary", "hardware.kv_capacity_bytes=1GB..2GB")
     assert result.returncode == 2 and "--slo" in result.stderr and "Traceback" not in result.stderr
+
+
+TIERED = """
+name: small-tiered
+seed: 7
+duration_s: 3m
+hardware: {profile: gb300_nvl72, gpus_per_instance: 4, kv_capacity_bytes: 1GB}
+model: {profile: deepseek_v3}
+cache: {block_tokens: 64, eviction: lru, tiers: {dram: {capacity_bytes: 4GB, eviction: lru, write_policy: write_back}}}
+serving: {max_batch_requests: 16, prefill_chunk_tokens: 4096}
+workload:
+  global_system_prompt_tokens: 1000
+  agent_classes:
+    coding:
+      arrival: {kind: population, concurrent: 8, ramp_s: 10s}
+      tools_prefix_tokens: 4000
+      initial_context_tokens: {dist: lognormal, median: 1500, sigma: 0.5, round: true}
+      calls_per_session: {dist: lognormal, median: 10, sigma: 0.5, min: 1, round: true}
+      tool_gap_s: {dist: lognormal, median: 5, sigma: 1.0}
+      human_turn_probability: 0.1
+      human_gap_s: {dist: exponential, mean: 30}
+      appended_tokens: {dist: lognormal, median: 800, sigma: 0.8, round: true}
+      output_tokens: {dist: lognormal, median: 150, sigma: 0.7, min: 1, round: true}
+      subagents: {probability: 0.1, fanout: 2, calls: 3}
+slo: {ttft_s: 2s, tpot_s: 100ms}
+"""
+
+
+def test_plan_prices_memory_below_hbm_and_gives_one_answer(tmp_path):
+    """DRAM capacity costs per GB-month, so the plan's one answer (the smallest passing DRAM
+    tier) is also the cheapest passing point per hour, and the output names no second answer."""
+    from agentsim.cli import app
+
+    scenario = tmp_path / "tiered.yaml"
+    scenario.write_text(TIERED)
+    out = tmp_path / "plan"
+    result = CliRunner().invoke(app, ["plan", str(scenario), "--slo", "hit_ratio>=0.89",
+                                      "--vary", "cache.tiers.dram.capacity_bytes=1GB..16GB", "--resolution", "1GB",
+                                      "--seeds", "1", "--workers", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "cheapest passing point" not in text and "it costs $" in text and "/h" in text
+    frontier = pd.read_parquet(out / "frontier.parquet").sort_values("value")
+    per_hour = frontier.cost_usd_per_hour.to_numpy()
+    assert (per_hour[1:] > per_hour[:-1]).all()              # more DRAM costs more per hour
+    assert (frontier.memory_usd_per_hour > 0).all()
+    plan = json.loads((out / "plan.json").read_text())
+    passing = frontier[frontier.passed]
+    assert plan["answer"] == passing.loc[passing.cost_usd_per_hour.idxmin(), "value"]
+    # 1 GB of DRAM for an hour at the profile's price, for the one instance.
+    from agentsim.config.scenario import HardwareConfig
+    price = HardwareConfig().dram_usd_per_gb_month / 730.0
+    gap = frontier.memory_usd_per_hour.iloc[1] - frontier.memory_usd_per_hour.iloc[0]
+    steps = (frontier.value.iloc[1] - frontier.value.iloc[0]) / 1e9
+    assert gap == pytest.approx(price * steps, rel=0.02)     # whole blocks: within 2%
+
+
+class PricedExecutor(FakeExecutor):
+    """FakeExecutor whose summaries also carry a cost per hour: ``cost(value)``."""
+
+    def __init__(self, path, response, cost):
+        super().__init__(path, response)
+        self.cost = cost
+
+    def run(self, tasks):
+        for outcome in super().run(tasks):
+            outcome.summary.update({"cost_usd_per_hour": self.cost(self.calls[-1][0]), "memory_usd_per_hour": 0.0})
+            yield outcome
+
+
+def _priced_plan(small_scenario_yaml, tmp_path, cost):
+    b = builder(small_scenario_yaml)
+    axis = parse_vary("hardware.kv_capacity_bytes=1GB..5GB", b, "0.125GB")
+    executor = PricedExecutor(axis.path, lambda v, s: 1.0 if v >= 3e9 else 3.0, cost)
+    return Planner(b, axis, [parse_slo("ttft_p99_s<=2")], [1], executor, SweepStore(tmp_path / "p"), "all").run()
+
+
+def test_hbm_points_cost_the_same_and_the_answer_says_so(small_scenario_yaml, tmp_path):
+    report = _priced_plan(small_scenario_yaml, tmp_path, lambda value: 24.0)
+    assert report.answer == pytest.approx(3e9)
+    assert "it costs $24/h" in report.message
+    assert "costs the same per hour (HBM comes with the GPUs)" in report.message
+    assert not any("not monotone" in w for w in report.warnings)
+
+
+def test_a_cheaper_passing_point_is_a_warning_not_a_second_answer(small_scenario_yaml, tmp_path):
+    report = _priced_plan(small_scenario_yaml, tmp_path, lambda value: 30.0 - value / 1e9)
+    assert report.answer == pytest.approx(3e9)
+    assert any("cost per hour is not monotone" in w and "5GB" in w for w in report.warnings)

@@ -96,14 +96,15 @@ def test_evictions_over_time_rates_from_cumulative_samples():
 
 
 def test_hit_ratio_vs_capacity_draws_policies_and_belady_bound():
+    # Belady's bound is a cache-only block replay: drawn against the policies' own replay
     table = pd.DataFrame({"kv_capacity_bytes": [10e9, 10e9, 40e9, 40e9], "policy": ["lru", "fifo"] * 2,
-                          "hit_ratio": [0.5, 0.4, 0.8, 0.7], "belady_replay_hit_ratio": [0.6, 0.6, 0.85, 0.85]})
-    fig = plots.hit_ratio_vs_capacity(table)
+                          "policy_replay_hit_ratio": [0.5, 0.4, 0.8, 0.7], "belady_replay_hit_ratio": [0.6, 0.6, 0.85, 0.85]})
+    fig = plots.hit_ratio_vs_capacity(table, hit="policy_replay_hit_ratio")
     ax = fig.axes[0]
     belady = [line for line in ax.lines if line.get_label() == "Belady (offline optimum)"]
     assert len(belady) == 1 and list(belady[0].get_ydata()) == [0.6, 0.85] and list(belady[0].get_xdata()) == [10, 40]
     plt.close(fig)
-    fig = plots.hit_ratio_vs_capacity(table.drop(columns=["belady_replay_hit_ratio"]))
+    fig = plots.hit_ratio_vs_capacity(table.drop(columns=["belady_replay_hit_ratio"]), hit="policy_replay_hit_ratio")
     assert any("no Belady bound" in t.get_text() for t in fig.axes[0].texts)
     plt.close(fig)
 

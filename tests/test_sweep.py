@@ -298,7 +298,8 @@ def test_cli_sweep_runs_resumes_and_prints_statistics(tmp_path, small_scenario_y
     assert first.returncode == 0, first.stderr
     text = " ".join(first.stdout.split())
     assert "4 cells x 2 seeds" in text and "8 run, 0 already done, 0 failed" in text
-    assert "mean ± 95% CI" in text and "paired differences" in text and "#2 - #0" in text
+    assert "mean ± 95% CI" in text and "paired differences" in text
+    assert "- lru" in text and "0.5GB" in text     # columns headed by their values, not #2 - #0
     again = run_cli("sweep", str(path), "--out", str(out), "-q")
     assert "0 run, 8 already done" in " ".join(again.stdout.split())
 

@@ -26,6 +26,9 @@ class LLMRequest:
     gap_before_s: float = float("nan")
     gap_kind: str = "first"
     mutations: int = 0          # history rewrites (compactions, edits) of the session before this call
+    # The agent's history rewrites since its previous call, if any: (instance of that call,
+    # first rewritten block, full blocks that call left cached); () when none.
+    rewrite: tuple = ()
     # The agent's pause after this call, known when it is issued (pre-sampled in the same draw
     # order, so results do not change): "tool", "human", "join" (sub-agents) or "" (last call).
     # The engine turns tool/human pauses into the policy's on_tool_start (see engine/simulation.py).

@@ -7,5 +7,5 @@ is the order ``agentsim --help`` shows) and calls its ``register``. Commands rai
 
 COMMAND_MODULES = [
     "run", "validate", "schema", "policies",
-    "replay", "mrc", "fit", "graph", "sweep", "plan", "report", "check_timing",
+    "replay", "mrc", "fit", "graph", "sweep", "plan", "report", "check_timing", "examples",
 ]

@@ -22,6 +22,7 @@ def frontier_table(report):
     for slo in report.slos:
         table.add_column(f"{slo.metric}\nmean ± 95% CI\n(seeds {slo.op} {slo.threshold:g})", justify="right")
     table.add_column("pass")
+    table.add_column("$/h", justify="right")
     table.add_column("$/M tokens", justify="right")
     table.add_column("GPU-h", justify="right")
     for row in report.frontier.to_dict(orient="records"):
@@ -31,8 +32,10 @@ def frontier_table(report):
             text = "-" if mean != mean else f"{mean:.4g}" + (f" ± {half:.2g}" if half == half else "")
             cells.append(f"{text} ({row[f'{slo}_passes']}/{len(report.seeds)})")
         cells.append("[green]yes[/green]" if row["passed"] else "[red]no[/red]")
-        cost = row["cost_per_million_tokens_usd"]
-        cells += ["-" if cost != cost else f"{cost:.4g}", f"{row['gpu_hours']:.3g}"]
+        per_hour = row.get("cost_usd_per_hour", math.nan)
+        cost = row.get("total_cost_per_million_tokens_usd", row["cost_per_million_tokens_usd"])
+        cells += ["-" if per_hour != per_hour else f"{per_hour:,.4g}", "-" if cost != cost else f"{cost:.4g}",
+                  f"{row['gpu_hours']:.3g}"]
         table.add_row(*cells)
     return table
 
@@ -89,11 +92,6 @@ def register(app: typer.Typer) -> None:
         console.print(frontier_table(report))
         for warning in report.warnings:
             err_console.print(f"[yellow]warning[/yellow]: {warning}")
-        passing = report.frontier[report.frontier.passed]
-        if len(passing) and passing.cost_per_million_tokens_usd.notna().any():
-            cheapest = passing.loc[passing.cost_per_million_tokens_usd.idxmin()]
-            console.print(f"cheapest passing point made: {cheapest.value_label} at "
-                          f"${cheapest.cost_per_million_tokens_usd:.4g} per million tokens")
         console.print(report.message)
         console.print(f"{report.runs_made} runs made, {report.runs_reused} reused; results in {out_dir}/")
         frontier_path = out_dir / "frontier.parquet"

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from agentsim.commands.common import console, simulated_time_progress, summary_table
+from agentsim.commands.common import agent_class_table, console, simulated_time_progress, summary_table
 
 #: Exit codes of a run stopped by a signal (128 + signal number, as shells report them).
 SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -80,8 +80,13 @@ def register(app: typer.Typer) -> None:
                 raise InputError(f"cannot write results ({exc.strerror or exc}); the previous contents are unchanged",
                                  str(out_dir)) from None
             target.commit()
+        if result.summary.get("ttl_warning"):
+            sys.stderr.write(f"warning: {result.summary['ttl_warning']}\n")
         if not quiet:
             console.print(summary_table(result.summary, title=f"{scenario.name} (seed {scenario.seed})"))
+            by_class = agent_class_table(result.summary)
+            if by_class is not None:
+                console.print(by_class)
             console.print(f"results written to {out_dir}/")
         if result.summary.get("complete") is False:
             summary = result.summary

@@ -56,26 +56,74 @@ def fmt_ci(mean: float, half: float) -> str:
     return text
 
 
-CELLS_PER_TABLE = 4
+#: Width of one cell's column (a "mean ± CI" or "+diff [low, high]*" entry) and of the metric column.
+CELL_COLUMN_CHARS = 24
+METRIC_COLUMN_CHARS = 30
+
+
+def cells_per_table(width: int) -> int:
+    """How many cell columns fit beside the metric column in ``width`` characters."""
+    return max(1, (width - METRIC_COLUMN_CHARS) // CELL_COLUMN_CHARS)
 
 
 def cell_legend(cells) -> str:
     return "\n".join(f"  #{cell.index}: {cell.label}" for cell in cells)
 
 
-def stats_tables(stats, metrics: list[str], title: str):
-    """Rows = metrics, columns = cells (#index), mean ± 95% CI half-width; a few cells per table."""
+def cell_headers(cells) -> dict[int, list[str]]:
+    """Per cell index, the values of the axes that vary between cells, in axis order
+    (``["lru", "40GB"]``): a column headed by them says what it is without a legend."""
+    from agentsim.experiments.spec import format_value
+
+    paths = [path for path, _ in cells[0].assignments] if cells else []
+    varying = [path for path in paths if len({format_value(cell.as_dict().get(path), path) for cell in cells}) > 1]
+    headers = {}
+    for cell in cells:
+        values = cell.as_dict()
+        shown = [format_value(values[path], path) for path in varying if path in values]
+        headers[cell.index] = shown or [cell.label]
+    return headers
+
+
+def _header(values: list[str] | None, index: int) -> str:
+    return "\n".join(values) if values else f"#{index}"
+
+
+def _pair_header(cell: list[str] | None, base: list[str] | None, index: int, base_index: int) -> str:
+    """``fifo / 40GB / - lru``: the cell's values, then the baseline's values that differ."""
+    if not cell or not base:
+        return f"#{index} - #{base_index}"
+    differ = [b for c, b in zip(cell, base) if c != b] or base
+    return "\n".join(cell) + "\n- " + ", ".join(differ)
+
+
+def _table(title):
     from rich.table import Table
 
+    table = Table(title=title, header_style="bold")
+    # fold, never cut: metric names and values are read in full at any terminal width
+    table.add_column("metric", overflow="fold", min_width=12)
+    return table
+
+
+def stats_tables(stats, metrics: list[str], title: str, headers: dict[int, list[str]] | None = None,
+                 width: int = 80, regimes: dict[int, str] | None = None):
+    """Rows = metrics, columns = cells (headed by their axis values), mean ± 95% CI half-width;
+    as many cells per table as fit in ``width``. ``regimes`` (cell index -> eviction regime over
+    its seeds) adds a first row saying whether the cell evicted at all: a difference of 0
+    between cells that never evict is no finding."""
+    headers = headers or {}
     shown = [m for m in metrics if m in set(stats.metric)]
     indices = sorted(set(stats.cell_index))
     by_cell = {index: group.set_index("metric") for index, group in stats.groupby("cell_index")}
-    for start in range(0, len(indices), CELLS_PER_TABLE):
-        chunk = indices[start:start + CELLS_PER_TABLE]
-        table = Table(title=title if start == 0 else None, header_style="bold")
-        table.add_column("metric")
+    per_table = cells_per_table(width)
+    for start in range(0, len(indices), per_table):
+        chunk = indices[start:start + per_table]
+        table = _table(title if start == 0 else None)
         for index in chunk:
-            table.add_column(f"#{index}", justify="right")
+            table.add_column(_header(headers.get(index), index), justify="right", overflow="fold")
+        if regimes:
+            table.add_row("regime", *(regimes.get(index, "-") for index in chunk))
         for metric in shown:
             row = []
             for index in chunk:
@@ -85,20 +133,21 @@ def stats_tables(stats, metrics: list[str], title: str):
         yield table
 
 
-def paired_tables(paired, metrics: list[str]):
-    """Rows = metrics, columns = 'cell vs baseline', mean difference [95% CI] (* = CI excludes 0)."""
-    from rich.table import Table
-
+def paired_tables(paired, metrics: list[str], headers: dict[int, list[str]] | None = None, width: int = 80):
+    """Rows = metrics, columns = 'cell - baseline' (headed by their axis values), mean difference
+    [95% CI] (* = CI excludes 0)."""
+    headers = headers or {}
     shown = [m for m in metrics if m in set(paired.metric)]
     pairs = sorted(set(zip(paired.cell_index, paired.baseline_index)))
     by_pair = {key: group.set_index("metric") for key, group in paired.groupby(["cell_index", "baseline_index"])}
-    for start in range(0, len(pairs), CELLS_PER_TABLE):
-        chunk = pairs[start:start + CELLS_PER_TABLE]
-        table = Table(title="paired differences, cell - baseline on the same seeds: mean [95% CI], * = CI excludes 0"
-                      if start == 0 else None, header_style="bold")
-        table.add_column("metric")
+    per_table = cells_per_table(width)
+    for start in range(0, len(pairs), per_table):
+        chunk = pairs[start:start + per_table]
+        table = _table("paired differences, cell - baseline on the same seeds: mean [95% CI], * = CI excludes 0"
+                       if start == 0 else None)
         for cell, base in chunk:
-            table.add_column(f"#{cell} - #{base}", justify="right")
+            table.add_column(_pair_header(headers.get(cell), headers.get(base), cell, base),
+                             justify="right", overflow="fold")
         for metric in shown:
             row = []
             for key in chunk:
@@ -131,6 +180,7 @@ def register(app: typer.Typer) -> None:
         """
         from agentsim.experiments.executors import make_executor
         from agentsim.experiments.spec import expand_cells, load_sweep
+        from agentsim.experiments.stats import cell_regimes
         from agentsim.experiments.sweep import ScenarioBuilder, run_sweep
 
         sweep = load_sweep(sweep_file)
@@ -139,7 +189,7 @@ def register(app: typer.Typer) -> None:
                                       fixed=sweep.spec.set)
             cells = expand_cells(sweep, builder.to_number)
             for cell in cells:
-                console.print(f"{cell.index:4d}  {cell.label}")
+                console.print(f"{cell.index:4d}  {cell.label}", overflow="fold", soft_wrap=False)
             console.print(f"{len(cells)} cells x {len(sweep.seeds())} seeds {sweep.seeds()}")
             return
         out_dir = out or Path("runs") / "sweeps" / sweep.spec.name
@@ -161,10 +211,13 @@ def register(app: typer.Typer) -> None:
                               f"is not a numeric summary key of any run{hint}; every metric is in results.parquet")
         if not quiet:
             console.print("cells:\n" + cell_legend(report.cells))
-            for table in stats_tables(report.stats, report.metrics, f"{sweep.spec.name}: mean ± 95% CI over {len(report.seeds)} seeds"):
+            headers = cell_headers(report.cells)
+            title = f"{sweep.spec.name}: mean ± 95% CI over {len(report.seeds)} seeds"
+            for table in stats_tables(report.stats, report.metrics, title, headers, console.width,
+                                      regimes=cell_regimes(report.table)):
                 console.print(table)
             if len(report.paired):
-                for table in paired_tables(report.paired, report.metrics):
+                for table in paired_tables(report.paired, report.metrics, headers, console.width):
                     console.print(table)
         console.print(f"results written to {report.out_dir}/ (results.parquet, stats.parquet, paired.parquet, cells/)")
         if counts.failed:

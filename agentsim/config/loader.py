@@ -290,11 +290,12 @@ def read_scenario(path: str | Path, overrides: list[str] | None = None,
 
 
 def validate_scenario(data: dict, source: str, lines: dict[Path_, int], base_dir: Path | None,
-                      load_catalogue: Callable[[str], dict[str, dict]]) -> Scenario:
-    """Resolve profiles (from ``load_catalogue``) and fit references in a parsed scenario mapping
-    and validate it; registered names are checked by the caller (the composition root)."""
+                      load_catalogue: Callable[[str], dict[str, dict]], fit_dirs=()) -> Scenario:
+    """Resolve profiles (from ``load_catalogue``) and fit references (next to the scenario, then
+    in ``fit_dirs``) in a parsed scenario mapping and validate it; registered names are checked
+    by the caller (the composition root)."""
     data = resolve_profiles(copy.deepcopy(data), source, lines, load_catalogue)
-    data = resolve_fit_references(data, base_dir or Path("."), source, lines)
+    data = resolve_fit_references(data, base_dir or Path("."), source, lines, fit_dirs)
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:

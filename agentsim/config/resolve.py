@@ -4,7 +4,8 @@
   (the composition root passes :func:`agentsim.hardware.profiles.load_catalogue`, the packaged
   ``agentsim/profiles/*.yaml``); its fields fill every key the scenario leaves out.
 * :func:`resolve_fit_references`: ``{fit: FILE.yaml#quantity}`` becomes the fitted distribution
-  spec stored in FILE (written by ``agentsim fit``), resolved relative to the scenario file.
+  spec stored in FILE (written by ``agentsim fit``), resolved relative to the scenario file, then
+  among the packaged fits the caller names.
 """
 
 from __future__ import annotations
@@ -75,8 +76,29 @@ def load_fit_file(path: Path, source: str, location: str) -> dict:
     return data
 
 
-def resolve_fit_references(data: dict, base_dir: Path, source: str, lines: dict) -> dict:
-    """Replace every ``{fit: FILE#quantity, ...}`` mapping by the fitted spec (clip keys kept)."""
+def find_fit_file(file_part: str, base_dir: Path, fallback_dirs, source: str, location: str) -> Path:
+    """The fit file a reference names: ``base_dir / file_part`` (next to the scenario), else a
+    file of the same name in one of ``fallback_dirs`` (the packaged fits), so a scenario copied
+    away from its ``fits/`` still runs. The error names every place looked in."""
+    beside = (base_dir / file_part).resolve()
+    if beside.exists():
+        return beside
+    looked = [str(beside)]
+    for directory in fallback_dirs:
+        candidate = Path(directory) / Path(file_part).name
+        if candidate.exists():
+            return candidate
+        looked.append(str(candidate))
+    raise InputError(f"fit file {file_part!r} not found next to the scenario ({looked[0]})"
+                     + (f" nor among the packaged fits ({', '.join(looked[1:])})" if len(looked) > 1 else ""),
+                     source, location)
+
+
+def resolve_fit_references(data: dict, base_dir: Path, source: str, lines: dict, fallback_dirs=()) -> dict:
+    """Replace every ``{fit: FILE#quantity, ...}`` mapping by the fitted spec (clip keys kept).
+
+    FILE is looked up next to the scenario, then by name in ``fallback_dirs``
+    (:func:`find_fit_file`)."""
     targets = [(path, node) for path, node in _walk(data, ()) if "fit" in node and node.get("dist", "fit") == "fit"]
     for path, node in targets:
         ref = node["fit"]
@@ -84,7 +106,7 @@ def resolve_fit_references(data: dict, base_dir: Path, source: str, lines: dict)
         if not isinstance(ref, str) or "#" not in ref:
             raise InputError(f"a fit reference must look like 'FILE.yaml#quantity', got {ref!r}", source, location)
         file_part, quantity = ref.split("#", 1)
-        fits = load_fit_file(base_dir / file_part, source, location)
+        fits = load_fit_file(find_fit_file(file_part, base_dir, fallback_dirs, source, location), source, location)
         entry = fits["quantities"].get(quantity)
         if entry is None:
             raise InputError(f"fit file {file_part!r} has no quantity {quantity!r}; it has: {', '.join(sorted(fits['quantities']))}",

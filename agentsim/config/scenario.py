@@ -45,6 +45,11 @@ class HardwareConfig(Strict):
     kv_capacity_bytes: Bytes | None = Field(None, gt=0, description="HBM bytes for KV per instance; derived from HBM minus weights minus reserve when absent")
     hbm_reserve_fraction: float = Field(0.10, ge=0, lt=1, description="HBM fraction kept for activations and workspace when deriving KV capacity")
     price_usd_per_gpu_hour: float = Field(6.0, ge=0, description="GPU-hour price for cost reports")
+    # Memory below HBM, priced per GB-month of configured tier capacity (HBM is in the GPU price).
+    # Sources and derivations: docs/experiments.md, "Memory prices".
+    dram_usd_per_gb_month: float = Field(0.53, ge=0, description="DRAM tier capacity price, USD per GB-month ([derived] ~$19/GB server DDR5 amortised over 36 months)")
+    nvme_usd_per_gb_month: float = Field(0.0092, ge=0, description="disk (NVMe) tier capacity price, USD per GB-month ([derived] ~$0.33/GB enterprise TLC SSD over 36 months)")
+    remote_usd_per_gb_month: float = Field(0.023, ge=0, description="remote store capacity price, USD per GB-month ([secondhand] object storage list price; an assumption for a KV store)")
     # --- memory hierarchy and topology (used when cache.tiers enables lower tiers) -------------
     gpus_per_tray: int = Field(4, gt=0, description="GPUs per compute tray (they share the tray's NVMe drives)")
     gpus_per_cpu: int = Field(2, gt=0, description="GPUs sharing one host CPU and its DRAM (Grace: 2)")

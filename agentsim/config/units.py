@@ -148,3 +148,113 @@ BytesPerSecond = Annotated[float, BeforeValidator(_wrap(parse_bandwidth)), WithJ
 Seconds = Annotated[float, BeforeValidator(_wrap(parse_duration)), WithJsonSchema({**_STR_OR_NUMBER, "description": "seconds, e.g. 10us, 5m, 2h"})]
 FlopsPerSecond = Annotated[float, BeforeValidator(_wrap(parse_flops)), WithJsonSchema({**_STR_OR_NUMBER, "description": "FLOP/s, e.g. 5PFLOPS"})]
 Count = Annotated[float, BeforeValidator(_wrap(parse_count)), WithJsonSchema({**_STR_OR_NUMBER, "description": "a count, e.g. 37e9 or 37B"})]
+
+
+# ---------------------------------------------------------------------------------------------
+# Units from a parameter's name (registered components' ``Params``, ``--param``, display).
+
+def _unit_of(name: str):
+    """(parser, formatter) of the unit a parameter's name carries, or None.
+
+    ``..._bytes_per_s`` bandwidth, ``..._flops_per_s`` FLOP/s, ``..._bytes`` bytes, ``..._s``
+    seconds; any other ``_per_`` name (``mem_cost_per_block_s``, a rate) is a plain number."""
+    if name.endswith("_bytes_per_s"):
+        return parse_bandwidth, format_bandwidth
+    if name.endswith("_flops_per_s"):
+        return parse_flops, format_flops
+    if "_per_" in name:
+        return None
+    if name.endswith("_bytes"):
+        return parse_bytes, format_bytes
+    if name.endswith("_s"):
+        return parse_duration, format_duration
+    return None
+
+
+def parse_by_name(name: str, value: Any) -> Any:
+    """``value`` read with the unit ``name`` carries (``ttl_s``, ``..._bytes``,
+    ``..._bytes_per_s``, ``..._flops_per_s``) if it is a string; anything else unchanged.
+    Raises UnitError."""
+    unit = _unit_of(name) if isinstance(value, str) else None
+    return unit[0](value) if unit else value
+
+
+def parse_unit_params(model, params: dict) -> dict:
+    """``params`` for the pydantic ``model`` with unit strings read by :func:`parse_by_name`
+    for the model's own fields (unknown keys are left for the model to reject).
+
+    Raises pydantic's ValidationError located at the parameter, like the model's own errors."""
+    fields = getattr(model, "model_fields", {})
+    out = dict(params)
+    for key, value in params.items():
+        if key not in fields or not isinstance(value, str):
+            continue
+        annotation = fields[key].annotation
+        if annotation is str or not _accepts_number(annotation):
+            continue
+        try:
+            out[key] = parse_by_name(key, value)
+        except UnitError as exc:
+            from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
+
+            raise ValidationError.from_exception_data(getattr(model, "__name__", "Params"), [InitErrorDetails(
+                type=PydanticCustomError("unit_error", str(exc)), loc=(key,), input=value)]) from None
+    return out
+
+
+def _accepts_number(annotation) -> bool:
+    """Whether a field's annotation admits a float (``float``, ``float | None``, ``Annotated[float, ...]``)."""
+    import typing
+
+    if annotation in (float, int):
+        return True
+    return any(_accepts_number(arg) for arg in typing.get_args(annotation) if arg is not type(None))
+
+
+def format_bytes(value: float) -> str:
+    """``2.16509e11`` -> ``216.5GB`` (decimal prefixes, as hardware is sold)."""
+    return _scaled(value, "B", ((1e15, "PB"), (1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB")))
+
+
+def format_bandwidth(value: float) -> str:
+    """``9e11`` -> ``900GB/s``."""
+    return _scaled(value, "B/s", ((1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s"), (1e3, "KB/s")))
+
+
+def format_flops(value: float) -> str:
+    """``7e15`` -> ``7PFLOPS``."""
+    return _scaled(value, "FLOPS", ((1e18, "EFLOPS"), (1e15, "PFLOPS"), (1e12, "TFLOPS"), (1e9, "GFLOPS")))
+
+
+def format_duration(value: float) -> str:
+    """Seconds in the largest unit that keeps the number readable: ``0.04551`` -> ``45.5ms``,
+    ``300`` -> ``5m``, ``5400`` -> ``1.5h``, ``inf`` -> ``inf``."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0s"
+    magnitude = abs(value)
+    for threshold, scale, unit in ((86400, 86400, "d"), (3600, 3600, "h"), (60, 60, "m"), (1, 1, "s"),
+                                   (1e-3, 1e-3, "ms"), (1e-6, 1e-6, "us")):
+        if magnitude >= threshold:
+            return f"{value / scale:.4g}{unit}"
+    return f"{value / 1e-9:.4g}ns"
+
+
+def format_by_name(name: str, value: float) -> str:
+    """A number shown in the unit its name carries (see :func:`parse_by_name`), else plainly."""
+    unit = _unit_of(name)
+    if unit and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return unit[1](float(value))
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return f"{value:g}" if abs(value) < 1e6 else f"{value:.6g}"
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _scaled(value: float, base_unit: str, steps) -> str:
+    if not math.isfinite(value):
+        return str(value)
+    for threshold, unit in steps:
+        if abs(value) >= threshold:
+            return f"{value / threshold:.4g}{unit}"
+    return f"{value:.4g}{base_unit}"

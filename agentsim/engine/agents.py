@@ -167,6 +167,8 @@ class AgentDriver:
         spec = model.spec
         gap_s, gap_kind = float("nan"), "first"
         last_instance = -1
+        last_cached_blocks = 0      # full blocks the previous call left cached (its total_keys)
+        rewrite: tuple = ()         # rewrites since the previous call (see LLMRequest.rewrite)
         mutations = 0
         ahead = self.prefill_ahead
         gap = None   # the prefill-ahead gap just waited out, told below whether the call came
@@ -180,6 +182,7 @@ class AgentDriver:
                 old_keys = list(stream.keys)
                 self.counters.invalidated_blocks += stream.rewrite_after(spec.compaction.keep_tokens)
                 self._mutated(last_instance, old_keys, stream.shared_blocks)
+                rewrite = _merge_rewrite(rewrite, last_instance, stream.shared_blocks, last_cached_blocks)
                 mutations += 1
             if stream.tokens > spec.max_context_tokens:
                 self.counters.sessions_context_full += 1
@@ -190,8 +193,10 @@ class AgentDriver:
                 ahead.outcome(gap, called=True)
                 gap = None
             request = yield from self._call(model, stream, rng, session_id, depth, call_index, gap_s, gap_kind, mutations,
-                                            agent_id=agent_id, last=call_index == n_calls - 1)
+                                            agent_id=agent_id, last=call_index == n_calls - 1, rewrite=rewrite)
             last_instance = request.instance
+            last_cached_blocks = len(request.total_keys)
+            rewrite = ()
             if call_index == n_calls - 1:
                 return
             # The pause after the call was drawn when it was issued (same draw order as drawing it
@@ -246,6 +251,7 @@ class AgentDriver:
                 self.counters.edits += 1
                 self.counters.invalidated_blocks += stream.rewrite_from(offset, _count(model.edit_dropped, rng, 0))
                 self._mutated(last_instance, old_keys, offset // self.block_tokens)
+                rewrite = _merge_rewrite(rewrite, last_instance, offset // self.block_tokens, last_cached_blocks)
                 mutations += 1
 
     def _mutated(self, instance: int, old_keys: list[int], from_block: int) -> None:
@@ -253,7 +259,7 @@ class AgentDriver:
             self.on_mutation(instance, old_keys, from_block)
 
     def _call(self, model, stream: TokenStream, rng, session_id, depth, call_index, gap_s, gap_kind, mutations=0,
-              agent_id: int = -1, last: bool = True):
+              agent_id: int = -1, last: bool = True, rewrite: tuple = ()):
         prompt_tokens = stream.tokens
         output_tokens = _count(model.output, rng, 1)
         # What follows this call: drawn now, in the order the conversation loop used to draw it
@@ -276,12 +282,22 @@ class AgentDriver:
             call_index=call_index, arrival_s=self.env.now, prompt_tokens=prompt_tokens,
             output_tokens=output_tokens, prompt_keys=prompt_keys, total_keys=total_keys,
             done=self.env.event(), gap_before_s=gap_s, gap_kind=gap_kind, mutations=mutations,
-            agent_id=agent_id, next_gap_s=next_gap, next_gap_kind=next_kind,
+            agent_id=agent_id, next_gap_s=next_gap, next_gap_kind=next_kind, rewrite=rewrite,
         )
         self._next_request_id += 1
         self.submit(request)
         yield request.done
         return request
+
+
+def _merge_rewrite(rewrite: tuple, instance: int, from_block: int, cached_blocks: int) -> tuple:
+    """``rewrite`` (see :attr:`LLMRequest.rewrite`) after one more rewrite from ``from_block``:
+    the earliest rewritten block over all rewrites since the previous call."""
+    if instance < 0:
+        return rewrite
+    if rewrite:
+        from_block = min(from_block, rewrite[1])
+    return (instance, from_block, cached_blocks)
 
 
 def arrival_rate_multiplier(arrival, t_s: float) -> float:

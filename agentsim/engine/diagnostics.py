@@ -18,10 +18,16 @@ Added to every run's ``summary.json`` (and the printed table) by the engine:
   TTL-pins, the time a block spends pinned). NaN when nothing was evicted for capacity.
   ``characteristic_eviction_time_max_s`` is the largest such age; ``max_pin_s`` the longest time
   a block was held unevictable (an in-flight request from admission to finish, or a TTL-pin).
-* ``regime``: ``capacity_bound`` when capacity removed more blocks than TTL expiry (a block is
-  evicted before its TTL can fire: "TTL never fired"), ``ttl_bound`` when TTL expiry removed
-  more, ``no_eviction`` when neither removed anything. ``ttl_s`` (the policy's TTL, or null)
-  and ``ttl_margin_s = ttl_s - T_C`` say why.
+* ``regime_by_tier`` (:mod:`agentsim.engine.regimes`): each cache tier's regime from its own
+  removals: ``capacity_bound`` when capacity removed at least as many blocks as TTL expiry (a
+  block is evicted before its TTL can fire), ``ttl_bound`` when TTL expiry removed more,
+  ``no_eviction`` when neither removed any. ``regime`` is the regime of the tier a TTL applies
+  to, or of HBM when no policy has a TTL, so it agrees with the evictions shown beside it;
+  ``cache_exit_regime`` (tiers only) is the regime of the last tier, the one KV leaves the cache
+  from. ``characteristic_eviction_time_by_tier_s`` gives each tier's T_C.
+* TTL diagnostics against the tier the TTL applies to: ``ttl_s`` (the policy's TTL, or null),
+  ``ttl_tier``, ``ttl_tier_characteristic_eviction_time_s`` (that tier's T_C), ``ttl_margin_s
+  = ttl_s - that T_C``, and ``ttl_warning`` when the TTL never fired (and why).
 * Belady headroom, from a **cache-only replay of the run's own request stream** (each
   instance's requests in admission order, matched on their prompt blocks and inserting prompt
   plus output blocks, no overlap, same HBM capacity): ``belady_replay_hit_ratio`` (offline
@@ -49,6 +55,7 @@ from agentsim.cache.policy import EvictionPolicy
 from agentsim.engine.policy_factory import eviction_policy
 from agentsim.cache.radix import RadixCache
 from agentsim.cache.sequential import replay_sequence
+from agentsim.engine.regimes import regime_of, tier_regimes, ttl_diagnostics
 
 REASONS = ("capacity", "ttl_expiry", "pin_timeout", "pressure_unpin", "mutation", "admission")
 TTL_COUNTERS = ("ttl_expirations_blocks", "capacity_evictions_blocks", "pins_created", "pins_honored",
@@ -90,6 +97,15 @@ class EvictionAgeRecorder:
         policy.on_remove = on_remove
 
 
+def _age_stats(recorders: list[EvictionAgeRecorder]) -> tuple[float, float, float]:
+    """(block-weighted median, mean, max) idle age at capacity eviction; NaN when none."""
+    ages = np.array([a for r in recorders for a in r.ages_s], dtype=float)
+    weights = np.array([b for r in recorders for b in r.blocks], dtype=float)
+    if weights.sum() <= 0:
+        return float("nan"), float("nan"), float("nan")
+    return weighted_median(ages, weights), float((ages * weights).sum() / weights.sum()), float(ages.max())
+
+
 def _policy_ttl_s(policy) -> float | None:
     for obj in (policy, getattr(policy, "base", None)):
         ttl = getattr(obj, "ttl_s", None)
@@ -119,9 +135,12 @@ class RunDiagnostics:
         self.scenario = scenario
         self.instances = instances
         self.tiered = any(getattr(inst.cache, "tiers", None) is not None for inst in instances)
-        # With lower tiers, HBM "evictions" are demotions; KV leaves the cache only from the
-        # last tier, so that tier's evictions define T_C and the regime.
-        self.recorders = [EvictionAgeRecorder(env, self._tier_policies(inst)[-1]) for inst in instances]
+        # Idle ages at capacity eviction, per tier (index) of every instance. With lower tiers,
+        # HBM "evictions" are demotions; KV leaves the cache only from the last tier, so that
+        # tier's ages define the run's T_C; each tier's own T_C judges a TTL on that tier.
+        self.tier_recorders: list[list[EvictionAgeRecorder]] = [
+            [EvictionAgeRecorder(env, policy) for policy in self._tier_policies(inst)] for inst in instances]
+        self.recorders = [recorders[-1] for recorders in self.tier_recorders]
         self.streams: dict[int, list] = {inst.instance_id: [] for inst in instances}
         # The headroom replay needs every request's keys; keep them only if it will run (not
         # with tiers, whose replay is not defined, nor when the scenario switches it off).
@@ -207,31 +226,33 @@ class RunDiagnostics:
         out.update({k: int(v) for k, v in counters.items()})
         for key, value in sorted(extra_counters.items()):
             out[f"policy_{key}"] = value
-        ages = np.array([a for r in self.recorders for a in r.ages_s], dtype=float)
-        weights = np.array([b for r in self.recorders for b in r.blocks], dtype=float)
-        t_c = weighted_median(ages, weights)
+        t_c, t_c_mean, t_c_max = _age_stats(self.recorders)
         out["characteristic_eviction_time_s"] = t_c
-        out["characteristic_eviction_time_mean_s"] = (float((ages * weights).sum() / weights.sum())
-                                                      if weights.sum() > 0 else float("nan"))
-        out["characteristic_eviction_time_max_s"] = float(ages.max()) if len(ages) else float("nan")
+        out["characteristic_eviction_time_mean_s"] = t_c_mean
+        out["characteristic_eviction_time_max_s"] = t_c_max
+        names = [tier.name for tier in self._tiers(self.instances[0])]
+        out["characteristic_eviction_time_by_tier_s"] = {
+            name: _age_stats([recorders[index] for recorders in self.tier_recorders])[0] for index, name in enumerate(names)}
         # The longest time a block was held unevictable: an in-flight request, or a TTL-pin.
         out["max_pin_s"] = max(self.max_inflight_s, float(extra_counters.get("max_pin_s", 0.0)))
-        ttl_s = next((t for t in map(_policy_ttl_s, self._tier_policies(self.instances[0])) if t is not None), None)
+        ttl_by_tier = [_policy_ttl_s(policy) for policy in self._tier_policies(self.instances[0])]
+        ttl_index = next((i for i, t in enumerate(ttl_by_tier) if t is not None), None)
+        ttl_s = ttl_by_tier[ttl_index] if ttl_index is not None else None
+        ttl_tier = names[ttl_index] if ttl_index is not None else None
         out["ttl_s"] = ttl_s
-        out["ttl_margin_s"] = (ttl_s - t_c) if ttl_s is not None and math.isfinite(t_c) else None
-        capacity_like = counters["capacity_evictions_blocks"]
+        # Each tier's removals; a single tier's are the run's (pin reasons moved out of capacity).
+        tier_reasons = by_tier if self.tiered else {
+            names[0]: {**reasons, "ttl_expiry": counters["ttl_expirations_blocks"]}}
+        out["regime_by_tier"] = tier_regimes(tier_reasons)
+        out.update(ttl_diagnostics(ttl_s, ttl_tier, out["characteristic_eviction_time_by_tier_s"], tier_reasons,
+                                   out["max_pin_s"], float(self.env.now)))
         if self.tiered:
             # Blocks leave the cache for capacity only from the last tier (HBM evictions demote).
-            capacity_like = last_tier_capacity
             out["cache_exit_capacity_blocks"] = int(last_tier_capacity)
-        expired = counters["ttl_expirations_blocks"]
-        if capacity_like == 0 and expired == 0:
-            regime = "no_eviction"
-        elif capacity_like >= expired:
-            regime = "capacity_bound"
+            out["cache_exit_regime"] = regime_of(last_tier_capacity, counters["ttl_expirations_blocks"])
+            out["regime"] = out["regime_by_tier"][ttl_tier or names[0]]
         else:
-            regime = "ttl_bound"
-        out["regime"] = regime
+            out["regime"] = out["regime_by_tier"][names[0]]
         out.update(self.headroom())
         return out
 

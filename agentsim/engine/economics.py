@@ -22,6 +22,14 @@ Two views of money, both added to every run's ``summary.json``:
    multiplier follows the scenario's TTL: the eviction policy's ``ttl_s`` parameter if it has
    one (<= 5 min -> 1.25x, longer -> 2x, the dearest tier), otherwise the default 5-minute tier.
 
+3. **Memory cost**: HBM comes with the GPUs (in the GPU-hour price), so HBM KV capacity costs
+   nothing extra; every tier below HBM is charged for its configured capacity (all instances)
+   at the hardware profile's price per GB-month (``dram_usd_per_gb_month``,
+   ``nvme_usd_per_gb_month``, ``remote_usd_per_gb_month``; sources in docs/experiments.md)
+   over the simulated time (a month = 730 h). ``total_cost_usd`` = GPU + memory cost;
+   ``cost_usd_per_hour`` is what the deployment costs per hour of operation, the quantity a
+   capacity plan minimises.
+
 Token counts cover every request that was served (rejected requests excluded, warm-up
 included), because GPU-seconds cover the whole run too.
 """
@@ -36,6 +44,9 @@ import pandas as pd
 from agentsim.config.units import UnitError, parse_duration
 
 TTL_5M_S = 300.0
+HOURS_PER_MONTH = 730.0      # the cloud billing convention (8,760 h / 12)
+#: The hardware field pricing each tier kind below HBM (USD per GB-month).
+TIER_PRICE_FIELDS = {"dram": "dram_usd_per_gb_month", "disk": "nvme_usd_per_gb_month", "remote": "remote_usd_per_gb_month"}
 TTL_1H_S = 3600.0
 
 
@@ -82,6 +93,24 @@ def scenario_ttl_s(scenario) -> float | None:
     return None
 
 
+def memory_cost(scenario, tiers: list[dict], simulated_s: float) -> dict:
+    """Cost of the tiers below HBM over ``simulated_s``: ``tiers`` as in
+    ``summary["deployment"]["tiers"]`` (one instance's tiers, capacities in bytes), charged
+    for every instance. Returns ``memory_cost_usd``, ``memory_cost_by_tier_usd`` and
+    ``memory_usd_per_hour``."""
+    hw = scenario.hardware
+    by_tier: dict[str, float] = {}
+    per_hour = 0.0
+    for tier in tiers:
+        field = TIER_PRICE_FIELDS.get(tier["name"])
+        if field is None:   # HBM and peer HBM: part of the GPU price
+            continue
+        usd_per_hour = tier["capacity_bytes"] * hw.instances / 1e9 * getattr(hw, field) / HOURS_PER_MONTH
+        per_hour += usd_per_hour
+        by_tier[tier["name"]] = usd_per_hour * simulated_s / 3600.0
+    return {"memory_cost_usd": sum(by_tier.values()), "memory_cost_by_tier_usd": by_tier, "memory_usd_per_hour": per_hour}
+
+
 def _prefill_seconds(scenario, served: pd.DataFrame) -> float:
     """Roofline prefill time (s) of every computed prompt token, at the instance's FLOP/s at MFU."""
     from agentsim.cluster.costmodel import RooflineCostModel
@@ -102,7 +131,9 @@ def economics_summary(scenario, requests: pd.DataFrame, summary: dict,
     ``cost_per_million_output_tokens_usd``, ``prefill_busy_share``, ``cache_ttl_s``,
     ``cache_read_tokens``, ``cache_write_tokens``, ``provider_cache_write_multiplier``,
     ``provider_bill_usd``, ``provider_bill_no_cache_usd``, ``provider_cache_savings_fraction``,
-    ``provider_input_usd_per_million`` (effective input price after cache discounts).
+    ``provider_input_usd_per_million`` (effective input price after cache discounts),
+    ``memory_cost_usd``, ``memory_cost_by_tier_usd``, ``memory_usd_per_hour``, ``total_cost_usd``,
+    ``cost_usd_per_hour``, ``total_cost_per_million_tokens_usd``.
     """
     served = requests[~requests.rejected.astype(bool)] if len(requests) else requests
     input_tokens = int(served.prompt_tokens.sum()) if len(served) else 0
@@ -120,6 +151,12 @@ def economics_summary(scenario, requests: pd.DataFrame, summary: dict,
     def per_million(cost: float, tokens: int) -> float:
         return cost / tokens * 1e6 if tokens else float("nan")
 
+    simulated_s = float(summary.get("simulated_s", 0.0))
+    deployment = summary.get("deployment") or {}
+    memory = memory_cost(scenario, deployment.get("tiers", []), simulated_s)
+    gpu_usd_per_hour = scenario.hardware.price_usd_per_gpu_hour * scenario.hardware.gpus_per_instance * scenario.hardware.instances
+    total_cost = gpu_cost + memory["memory_cost_usd"]
+
     ttl_s = scenario_ttl_s(scenario)
     write_mult = prices.write_multiplier(ttl_s)
     input_price = prices.input_usd_per_million / 1e6
@@ -134,6 +171,10 @@ def economics_summary(scenario, requests: pd.DataFrame, summary: dict,
         "cost_per_million_input_tokens_usd": per_million(gpu_cost * prefill_share, input_tokens),
         "cost_per_million_output_tokens_usd": per_million(gpu_cost * (1.0 - prefill_share), output_tokens),
         "prefill_busy_share": prefill_share,
+        **memory,
+        "total_cost_usd": total_cost,
+        "cost_usd_per_hour": gpu_usd_per_hour + memory["memory_usd_per_hour"],
+        "total_cost_per_million_tokens_usd": per_million(total_cost, input_tokens + output_tokens),
         "cache_ttl_s": ttl_s,
         "cache_read_tokens": read_tokens,
         "cache_write_tokens": write_tokens,

@@ -6,7 +6,8 @@ adds the two steps that need the layers above: hardware and model profiles come 
 :mod:`agentsim.hardware.profiles`, and every registered name (eviction and admission policies,
 tier policies, load rule, router) plus the hardware-dependent tier checks are verified by
 :mod:`agentsim.engine.checks`. So a misspelt policy is still reported with its YAML line at
-load time, not as a KeyError deep in a run.
+load time, not as a KeyError deep in a run. A ``fit:`` file not found next to the scenario is
+looked up among the packaged fits (:mod:`agentsim.examples`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from agentsim.config.loader import read_scenario, validate_scenario
 from agentsim.config.scenario import Scenario
 from agentsim.engine.checks import check_components, check_policies
+from agentsim.examples import packaged_fits_dir
 from agentsim.hardware.profiles import load_catalogue
 
 
@@ -30,7 +32,8 @@ def scenario_from_dict(data: dict, source: str = "<scenario>", lines: dict | Non
                        base_dir: Path | None = None) -> Scenario:
     """Validate and check an already-parsed scenario mapping (profiles and fit references resolved)."""
     lines = lines or {}
-    scenario = validate_scenario(data, source, lines, base_dir, load_catalogue)
+    fits = packaged_fits_dir()
+    scenario = validate_scenario(data, source, lines, base_dir, load_catalogue, [fits] if fits else [])
     check_policies(scenario, source, lines)
     check_components(scenario, source, lines)
     return scenario

@@ -28,8 +28,10 @@ from agentsim.metrics.summary import summarize_requests
 from agentsim.engine.agentic import AgenticWiring
 from agentsim.engine.policy_factory import eviction_policy
 from agentsim.engine.collector import freezing_collector
+from agentsim.engine.deployment import deployment_summary
 from agentsim.engine.diagnostics import RunDiagnostics
 from agentsim.engine.prefill_ahead import PrefillAhead
+from agentsim.engine.recompute import RecomputeClassifier
 from agentsim.metrics.timeseries import TimeSeriesSampler
 from agentsim.errors import InvariantViolation
 from agentsim.hardware.tier_kinds import tier_names
@@ -162,6 +164,8 @@ class Simulation:
         # then the diagnostics (evictions by reason, T_C, regime, Belady headroom).
         self.agentic = AgenticWiring(self.env, scenario, self.instances, self.driver)
         self.diagnostics = RunDiagnostics(self.env, scenario, self.instances)
+        # Recomputed tokens split by cause: cold, evicted (by tier), invalidated.
+        self.recompute = RecomputeClassifier(self.instances, self.block_tokens, scenario.run.warmup_s)
         # Evictions by reason and link traffic over time (read-only samples, for the figures).
         self.timeseries = TimeSeriesSampler(self.instances, self.hierarchy)
         self.request_observers: list[Callable[[LLMRequest], None]] = []
@@ -231,6 +235,10 @@ class Simulation:
         load_wait, prefill = load_breakdown(request)
         if request.prefill_worker >= 0 and not request.rejected:
             load_wait, prefill = 0.0, request.prefill_done_s - request.admitted_s   # on the prefill worker
+        cold, evicted, invalidated = self.recompute.classify(request)
+        if self.check_invariants and not request.rejected and cold + evicted + invalidated != request.prompt_tokens - request.hit_tokens:
+            raise InvariantViolation(f"recompute split of request {request.request_id}: cold {cold} + evicted {evicted} + "
+                                     f"invalidated {invalidated} != recomputed {request.prompt_tokens - request.hit_tokens}")
         tier_hits = request.tier_hit_tokens if request.tier_hit_tokens else {"hbm": request.hit_tokens}
         self.request_records.append(RequestRecord(
             request_id=request.request_id, session_id=request.session_id, agent_class=request.agent_class,
@@ -248,6 +256,8 @@ class Simulation:
             prefill_worker=request.prefill_worker, decode_hit_tokens=request.decode_hit_tokens,
             kv_transfer_bytes=request.kv_transfer_bytes, decode_queue_s=request.decode_queue_s,
             kv_transfer_s=request.kv_transfer_s,
+            recomputed_cold_tokens=cold, recomputed_evicted_tokens=evicted,
+            recomputed_invalidated_tokens=invalidated,
         ))
         for tier, tokens in tier_hits.items():
             if tokens:
@@ -347,7 +357,7 @@ class Simulation:
         occupancy = self.occupancy.frame()
         simulated_s = float(self.env.now)
         summary = {"scenario": scenario.name, "seed": scenario.seed, "policy": scenario.cache.eviction.name}
-        summary.update(summarize_requests(requests, scenario.run.warmup_s))
+        summary.update(summarize_requests(requests, scenario.run.warmup_s, float(self.env.now)))
         counters = self.driver.counters
         caches = [inst.cache for inst in self.instances]
         busy_s = sum(inst.busy_s for inst in self.instances)
@@ -374,6 +384,7 @@ class Simulation:
             "timing_source": self.timing.source,
             "timing_reason": self.timing.reason,
             "timing_deployment": self.timing.deployment,
+            "deployment": deployment_summary(scenario, self.instances, self.timing),
             "simulated_s": simulated_s,
             "wall_s": wall_s,
             "simulated_requests_per_wall_s": len(requests) / wall_s if wall_s > 0 else math.inf,
@@ -386,6 +397,8 @@ class Simulation:
         summary.update(self.diagnostics.summary())
         if self.prefill_ahead is not None:
             summary.update(self.prefill_ahead.summary(simulated_s))
+        summary["recomputed_tokens_evicted_by_tier"] = dict(self.recompute.evicted_by_tier_tokens)
+        summary["recompute_record_bytes"] = self.recompute.state_bytes()
         tables = {"requests": requests, "occupancy": occupancy}
         if self.hierarchy is not None:
             summary.update(self.hierarchy.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))

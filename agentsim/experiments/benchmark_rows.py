@@ -8,9 +8,10 @@ class of ``batch_size * attention_dp_size`` one-call sessions (``batch_size`` is
 attention-DP rank) with zero think time and no shared prefix, and the engine's ``max_num_seqs``
 set to that concurrency as the benchmark launched it.
 
-A row that cannot be emulated raises :class:`RowSkipped` with the reason: disaggregated rows
-(separate prefill and decode pools; :data:`DISAGG_REASON`), and models or systems without a
-profile.
+A ``mode: disagg`` row becomes a disaggregated scenario (prefill and decode pools from its
+``prefill_*`` / ``decode_*`` columns; :mod:`agentsim.experiments.disaggregated_rows`). A row that
+cannot be emulated raises :class:`RowSkipped` with the reason: models or systems without a
+profile, or a disaggregated row without its pools (:data:`DISAGG_REASON`).
 """
 
 from __future__ import annotations
@@ -31,10 +32,8 @@ REQUIRED_COLUMNS = ("id", "backend", "model_path", "system", "mode", "isl", "osl
                     "moe_quant_mode", "silicon_ttft_ms", "silicon_tpot_ms")
 #: Engine step-token budget when a row does not give one (vLLM, SGLang and TRT-LLM defaults).
 DEFAULT_BATCHED_TOKENS = 8192
-#: Why ``mode: disagg`` rows are skipped. Disaggregated serving (prefill and decode pools with
-#: their own workers and parallelism, the ``prefill_*`` / ``decode_*`` columns) is a separate
-#: deployment kind; :func:`row_scenario` is where its emulation will branch off.
-DISAGG_REASON = "disaggregated serving: next issue"
+#: Why a ``mode: disagg`` row is skipped: it lacks a pool's columns (the message adds which).
+DISAGG_REASON = "disaggregated row without its pools"
 #: Checkpoints whose architecture is another profile's (same layers, widths and experts): the
 #: step time and the KV per token are that profile's; only the name differs.
 SAME_ARCHITECTURE = {
@@ -157,9 +156,14 @@ def row_scenario(row: dict) -> dict:
     """The scenario mapping that emulates ``row`` (raises RowSkipped); the caller sets
     ``duration_s`` and the engine's KV capacity."""
     if str(row["mode"]).strip() != "agg":
-        # Hook for disaggregated serving: build prefill and decode pools from the prefill_* and
-        # decode_* columns here once the simulator has them.
-        raise RowSkipped(DISAGG_REASON)
+        # Prefill and decode pools from the prefill_* / decode_* columns, the rest as for an
+        # aggregated row (agentsim.experiments.disaggregated_rows).
+        from agentsim.experiments.disaggregated_rows import DisaggRowError, disaggregated_row_scenario
+
+        try:
+            return disaggregated_row_scenario(row, row_scenario)
+        except DisaggRowError as why:
+            raise RowSkipped(f"{DISAGG_REASON}: {why}") from None
     model_path = str(row["model_path"]).strip()
     profile = model_profile(model_path)
     if profile is None:

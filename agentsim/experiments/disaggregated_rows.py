@@ -4,7 +4,9 @@ Such a row is one closed-loop benchmark of a disaggregated deployment (Dynamo wi
 SGLang or vLLM workers): ``silicon_concurrency`` clients (in ``silicon_data_source``) against
 ``prefill_num_workers`` prefill workers and ``decode_num_workers`` decode workers, each pool with
 its own parallelism (``prefill_tp_size`` ... ``decode_moe_ep_size``) and batch size
-(``prefill_batch_size``, ``decode_batch_size``: the engine's most sequences per worker).
+(``prefill_batch_size``, ``decode_batch_size``: the engine's most sequences per attention-DP
+rank, as ``batch_size`` of aggregated rows; on every row with a ``silicon_concurrency``,
+concurrency = ``decode_batch_size * decode_attention_dp_size * decode_num_workers``).
 
 :func:`disaggregated_row_scenario` takes the row and the builder of *aggregated* rows' scenarios
 (``row -> scenario mapping``, the one check-timing uses) and returns the same benchmark with
@@ -36,14 +38,14 @@ def _int(value) -> int | None:
 
 def concurrency(row: dict) -> int:
     """The benchmark's clients: ``silicon_concurrency`` in the source column, else the decode
-    pool's batch slots (``decode_batch_size`` x ``decode_num_workers``)."""
+    pool's batch slots (``decode_batch_size`` x attention-DP ranks x ``decode_num_workers``)."""
     found = _CONCURRENCY.search(str(row.get("silicon_data_source") or ""))
     if found:
         return int(found.group(1))
     batch, workers = _int(row.get("decode_batch_size")), _int(row.get("decode_num_workers"))
     if not batch or not workers:
         raise DisaggRowError("no silicon_concurrency in silicon_data_source and no decode_batch_size x decode_num_workers")
-    return batch * workers
+    return batch * (_int(row.get("decode_attention_dp_size")) or 1) * workers
 
 
 def pool(row: dict, role: str) -> dict:
@@ -63,7 +65,7 @@ def pool(row: dict, role: str) -> dict:
              "parallelism": parallelism}
     batch = _int(row.get(f"{role}_batch_size"))
     if batch:
-        entry["max_num_seqs"] = batch
+        entry["max_num_seqs"] = batch * parallelism["attention_dp"]   # the batch size is per DP rank
     return entry
 
 
@@ -71,11 +73,16 @@ def disaggregated_row_scenario(row: dict, aggregated_scenario: Callable[[dict], 
     """The scenario mapping that emulates disaggregated ``row`` (raises DisaggRowError)."""
     prefill, decode = pool(row, "prefill"), pool(row, "decode")
     clients = concurrency(row)
-    as_aggregated = {**row, "mode": "agg", "batch_size": float(clients)}
+    as_aggregated = {**row, "mode": "agg", "batch_size": float(prefill.get("max_num_seqs", 1))}
     for column, key in _PARALLELISM:
         as_aggregated[column] = float(prefill["parallelism"].get(key, 0))
     data = aggregated_scenario(as_aggregated)
+    # The clients are the row's, not the prefill pool's batch slots.
+    data = {**data, "workload": {**data["workload"], "agent_classes": {
+        name: {**cls, "arrival": {**cls["arrival"], "concurrent": clients}}
+        for name, cls in data["workload"]["agent_classes"].items()}}}
     serving = dict(data["serving"])
+    serving["max_num_seqs"] = clients
     # Random prompts share nothing: routing by load is what the benchmark's front end does.
     serving["router"] = "round_robin"
     serving["disaggregation"] = {"prefill": prefill, "decode": {**decode, "max_num_seqs": decode.get("max_num_seqs", clients)},

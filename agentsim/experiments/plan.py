@@ -16,8 +16,15 @@ suspect).
 A point passes when, for every SLO, every seed meets it (``criterion="all"``, the default:
 conservative, a tail target should hold whatever the draw) or the mean over seeds does
 (``criterion="mean"``). The frontier (every point simulated, sorted by value) carries each SLO
-metric's mean and CI, the pass counts, GPU-hours and cost per million tokens, so the cheapest
-passing configuration can be read off it too.
+metric's mean and CI, the pass counts, GPU-hours, the deployment's cost per hour (GPUs plus the
+memory below HBM, priced per GB-month: :mod:`agentsim.engine.economics`) and cost per million
+tokens.
+
+One answer: the value the search found, with its cost per hour. Along a capacity axis the cost
+per hour grows with the value (DRAM, NVMe and remote capacity are priced; HBM comes with the
+GPUs, so every HBM point costs the same), so the smallest passing value is also the cheapest
+passing one; a passing point that costs less per hour than the answer (a non-monotone cost) is
+reported as a warning rather than as a second answer.
 
 Runs are persisted like sweep cells (:mod:`agentsim.experiments.store`), so a repeated plan
 reuses every run it already made.
@@ -308,6 +315,8 @@ class Planner:
         frontier = self.frontier()
         warnings = self.monotonicity_warnings(frontier, direction)
         answer_value = self.axis.value(answer) if answer is not None else None
+        if answer_value is not None:
+            message += self._cost_note(frontier, answer_value, warnings)
         return PlanReport(axis=self.axis, slos=self.slos, seeds=self.seeds, criterion=self.criterion,
                           answer=answer_value, direction=direction, message=message, frontier=frontier,
                           warnings=warnings, runs_made=self.runs_made, runs_reused=self.runs_reused)
@@ -324,11 +333,34 @@ class Planner:
                 row[f"{slo.metric}_mean"] = mean
                 row[f"{slo.metric}_ci_half_width"] = half
                 row[f"{slo}_passes"] = point.slo_passes.get(str(slo), 0)
-            for metric in ("cost_per_million_tokens_usd", "cost_per_million_input_tokens_usd",
+            for metric in ("cost_usd_per_hour", "memory_usd_per_hour", "total_cost_per_million_tokens_usd",
+                           "cost_per_million_tokens_usd", "cost_per_million_input_tokens_usd",
                            "cost_per_million_output_tokens_usd", "gpu_hours", "hit_ratio"):
                 row[metric] = _mean([s.get(metric) for s in point.summaries])
             rows.append(row)
         return pd.DataFrame(rows)
+
+    def _cost_note(self, frontier: pd.DataFrame, answer_value: float, warnings: list[str]) -> str:
+        """The answer's cost per hour, as a sentence to append to the answer; adds a warning to
+        ``warnings`` if a passing point costs less per hour than the answer."""
+        if not len(frontier) or "cost_usd_per_hour" not in frontier:
+            return ""
+        row = frontier.loc[(frontier.value - float(answer_value)).abs().idxmin()]
+        cost, memory = row.cost_usd_per_hour, row.memory_usd_per_hour
+        if cost != cost:
+            return ""
+        note = f"; it costs ${cost:,.4g}/h (GPUs ${cost - memory:,.4g}/h + memory below HBM ${memory:,.4g}/h)"
+        costs = frontier.cost_usd_per_hour.to_numpy(dtype=float)
+        if len(costs) > 1 and abs(costs.max() - costs.min()) <= 1e-9 * max(1.0, abs(costs.max())):
+            note += (f"; every point of {self.axis.path} costs the same per hour"
+                     + (" (HBM comes with the GPUs)" if self.axis.path == "hardware.kv_capacity_bytes" else ""))
+        passing = frontier[frontier.passed]
+        cheaper = passing[passing.cost_usd_per_hour < cost - 1e-9 * max(1.0, cost)]
+        if len(cheaper):
+            best = cheaper.loc[cheaper.cost_usd_per_hour.idxmin()]
+            warnings.append(f"cost per hour is not monotone along {self.axis.path}: {best.value_label} also passes "
+                            f"and costs ${best.cost_usd_per_hour:,.4g}/h, less than the answer")
+        return note
 
     def monotonicity_warnings(self, frontier: pd.DataFrame, direction: str) -> list[str]:
         """SLO metrics that move the wrong way between neighbouring points by more than their CIs.

@@ -141,13 +141,22 @@ class Cell:
 
     @property
     def label(self) -> str:
-        return ", ".join(f"{path}={format_value(value)}" for path, value in self.assignments) or "(base)"
+        return ", ".join(f"{path}={format_value(value, path)}" for path, value in self.assignments) or "(base)"
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.assignments)
 
 
-def format_value(value: Any) -> str:
+def format_value(value: Any, path: str = "") -> str:
+    """A cell's value as text; a number on a path whose last name carries a unit
+    (``hardware.kv_capacity_bytes``) in that unit (``216.5GB``), as a user would write it."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and path:
+        from agentsim.config.units import format_by_name
+
+        name = path.rsplit(".", 1)[-1]
+        text = format_by_name(name, value)
+        if text != format_by_name("", value):
+            return text
     if isinstance(value, float):
         return f"{value:.6g}"
     if isinstance(value, (dict, list)):

@@ -93,3 +93,17 @@ def paired_differences(table: pd.DataFrame, baselines: dict[int, int], metrics: 
     return pd.DataFrame(rows, columns=["cell_index", "label", "baseline_index", "baseline_label", "metric", "n_pairs",
                                        "mean_diff", "std_diff", "ci_low", "ci_high", "baseline_mean",
                                        "relative_diff", "significant"])
+
+
+def cell_regimes(table: pd.DataFrame, column: str = "regime") -> dict[int, str]:
+    """Each cell's eviction regime over its finished seeds: the label if all seeds agree
+    (``capacity_bound``), else each label with its count (``capacity_bound 2, no_eviction 1``).
+    Cells without the column (or without finished runs) are left out."""
+    if column not in table or "status" not in table:
+        return {}
+    ok = table[(table.status == "ok") & table[column].notna()]
+    out: dict[int, str] = {}
+    for cell_index, group in ok.groupby("cell_index", sort=True):
+        counts = group[column].astype(str).value_counts(sort=False).sort_index()
+        out[int(cell_index)] = counts.index[0] if len(counts) == 1 else ", ".join(f"{k} {v}" for k, v in counts.items())
+    return out

@@ -26,6 +26,7 @@ from agentsim.config.loader import apply_overrides
 from agentsim.engine.loading import scenario_from_dict
 from agentsim.engine.simulation import run_scenario
 from agentsim.errors import InputError
+from agentsim.config.disaggregation import pool_scenario
 from agentsim.experiments.benchmark_rows import RowSkipped, row_scenario
 from agentsim.hardware.timing.memory import engine_kv_capacity_tokens
 from agentsim.hardware.timing.select import build_timer, deployment_of
@@ -94,6 +95,16 @@ def _with_engine_kv(data: dict) -> dict:
     capacity = min(tokens * scenario.model.kv_bytes_per_token, 0.95 * hbm_bytes)
     data = dict(data)
     data["hardware"] = {**data["hardware"], "kv_capacity_bytes": capacity}
+    if scenario.serving.disaggregation is not None:
+        # The prefill pool is the aggregated deployment above; the decode pool has its own.
+        decode = pool_scenario(scenario, "decode")
+        tokens = engine_kv_capacity_tokens(deployment_of(decode))
+        if tokens is not None:
+            hbm_bytes = decode.hardware.hbm_bytes_per_gpu * decode.hardware.gpus_per_instance
+            pools = dict(data["serving"]["disaggregation"])
+            pools["decode"] = {**pools["decode"], "kv_capacity_bytes": min(tokens * scenario.model.kv_bytes_per_token,
+                                                                           0.95 * hbm_bytes)}
+            data["serving"] = {**data["serving"], "disaggregation": pools}
     return data
 
 

@@ -30,7 +30,8 @@ Table = Literal["summary", "hierarchy"]
 @dataclass(frozen=True)
 class Metric:
     """A run-level metric: ``key`` in ``summary.json``, its label and unit (``"s"``, ``"tokens"``,
-    ``"blocks"``, ``"bytes"``, ``"fraction"``, ``"USD"``, ``"count"`` or ``""`` for labels)."""
+    ``"blocks"``, ``"bytes"``, ``"fraction"``, ``"USD"``, ``"count"``, rates ``"1/s"`` and
+    ``"tokens/s"``, or ``""`` for labels)."""
 
     key: str
     label: str
@@ -85,6 +86,50 @@ def computed_metrics(done: pd.DataFrame) -> dict[str, Any]:
 EVICTION_REASONS = ("capacity", "ttl_expiry", "pin_timeout", "pressure_unpin", "mutation", "admission")
 
 
+def format_value(value: Any, unit: str = "") -> str:
+    """``value`` as a person reads it: seconds below 1 s in ms (``45.5 ms``), above a minute
+    in min or h; bytes in GB/TB; counts with thousands separators; NaN as ``-``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, float) and value != value:
+        return "-"
+    if unit == "s":
+        magnitude = abs(value)
+        if magnitude == 0:
+            return "0 s"
+        if magnitude < 1:
+            return f"{value * 1e3:.3g} ms"
+        if magnitude < 120:
+            return f"{value:.3g} s"
+        if magnitude < 7200:
+            return f"{value / 60:.3g} min"
+        return f"{value / 3600:.3g} h"
+    if unit == "bytes":
+        return f"{value / 1e12:.3g} TB" if abs(value) >= 1e12 else f"{value / 1e9:.3g} GB"
+    if unit in ("1/s", "tokens/s"):
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if abs(value) >= 1000 or value == int(value):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:g}"
+    return f"{value:.4g}"
+
+
+def display_label(key: str, label: str) -> str:
+    """A table's label for ``key`` when its value is shown by :func:`format_value`: seconds
+    carry their unit in the value, so the label drops its ``(s)``."""
+    metric = CATALOGUE.get(key)
+    if metric is not None and metric.unit == "s" and label.endswith(" (s)"):
+        return label[: -len(" (s)")]
+    return label
+
+
+def unit_of(key: str) -> str:
+    """The unit of a catalogued metric (``""`` for an unknown key)."""
+    metric = CATALOGUE.get(key)
+    return metric.unit if metric is not None else ""
+
+
 def _builtin(key: str, label: str, unit: str, table: Table | None = "summary", axis: str | None = None) -> None:
     register(Metric(key, label, unit, table=table, axis_label=axis))
 
@@ -94,6 +139,9 @@ _builtin("requests", "requests", "count")
 _builtin("sessions", "sessions", "count")
 _builtin("hit_ratio", "hit ratio (tokens)", "fraction", axis="hit ratio (tokens, timed run)")
 _builtin("recomputed_tokens", "recomputed tokens", "tokens")
+_builtin("recomputed_tokens_cold", "  of which cold (never cached here)", "tokens")
+_builtin("recomputed_tokens_evicted", "  of which lost to eviction/TTL", "tokens")
+_builtin("recomputed_tokens_invalidated", "  of which invalidated (history rewrite)", "tokens")
 _builtin("ttft_p50_s", "TTFT p50 (s)", "s")
 _builtin("ttft_p90_s", "TTFT p90 (s)", "s")
 _builtin("ttft_p99_s", "TTFT p99 (s)", "s", axis="TTFT p99 (s)")
@@ -102,6 +150,17 @@ _builtin("ttft_max_s", "TTFT max (s)", "s")
 _builtin("tpot_p50_s", "TPOT p50 (s)", "s")
 _builtin("tpot_p99_s", "TPOT p99 (s)", "s")
 _builtin("e2e_p99_s", "E2E p99 (s)", "s")
+_builtin("requests_per_s", "throughput (requests/s)", "1/s", axis="throughput (requests/s)")
+_builtin("output_tokens_per_s", "throughput (output tokens/s)", "tokens/s", axis="output tokens/s")
+_builtin("goodput_requests_per_s", "goodput (requests/s within the SLO)", "1/s",
+         axis="goodput (requests/s meeting the SLO)")
+# Time before the first token by cause (mean per request; agentsim/cluster/serving/queue_causes.py).
+_builtin("queue_wait_mean_s", "queue wait mean (s)", "s")
+_builtin("queue_slot_mean_s", "  waiting for a batch slot (s)", "s")
+_builtin("queue_kv_mean_s", "  waiting for KV memory (s)", "s")
+_builtin("queue_load_mean_s", "  held by its load from a lower tier (s)", "s")
+_builtin("queue_step_mean_s", "  waiting for the running iteration (s)", "s")
+_builtin("queue_chunk_mean_s", "first prefill chunk wait mean (s)", "s")
 _builtin("sla_attainment", "SLA attainment", "fraction", axis="SLA attainment (fraction of requests)")
 _builtin("evicted_blocks", "evicted blocks", "blocks")
 _builtin("gpu_busy_fraction", "GPU busy fraction", "fraction")
@@ -111,6 +170,9 @@ _builtin("wall_s", "wall (s)", "s")
 _builtin("regime", "regime", "")
 _builtin("characteristic_eviction_time_s", "T_C: median idle age at eviction (s)", "s")
 _builtin("ttl_s", "policy TTL (s)", "s")
+_builtin("ttl_tier", "TTL applies to tier", "")
+_builtin("ttl_tier_characteristic_eviction_time_s", "T_C of the TTL's tier (s)", "s")
+_builtin("ttl_margin_s", "TTL margin: TTL - its tier's T_C (s)", "s")
 _builtin("ttl_expirations_blocks", "TTL expirations (blocks)", "blocks")
 _builtin("pins_created", "TTL-pins created", "count")
 _builtin("pins_honored", "TTL-pins honoured", "count")
@@ -135,21 +197,8 @@ def _column_sum(column: str) -> Callable[[pd.DataFrame], int]:
     return lambda done: int(done[column].sum()) if len(done) else 0
 
 
-def _column_mean(column: str) -> Callable[[pd.DataFrame], float]:
-    def mean(done: pd.DataFrame) -> float:
-        values = done[column].to_numpy(dtype=float) if len(done) else np.array([])
-        values = values[np.isfinite(values)]
-        return float(values.mean()) if len(values) else float("nan")
-    return mean
-
-
 register(Metric("preempted_recompute_tokens", "tokens recomputed after preemption", "tokens", table="summary",
                 compute=_column_sum("preempted_recompute_tokens")))
-for _cause, _label in (("slot", "no batch slot"), ("kv", "no KV memory"), ("load", "held by its prefetch"),
-                       ("step", "iteration in progress"), ("chunk", "first prefill chunk")):
-    register(Metric(f"queue_{_cause}_mean_s", f"queue mean: {_label} (s)", "s", table="summary",
-                    compute=_column_mean(f"queue_{_cause}_s")))
-del _cause, _label
 # Prefill-ahead of tool output (agentsim/engine/prefill_ahead.py; present when it is on): what
 # it costs. What it buys is the TTFT above, compared with a run without it on the same seed.
 _builtin("prefill_ahead_tokens", "tokens prefilled ahead of calls", "tokens")
@@ -177,6 +226,11 @@ _builtin("kv_transfer_s", "KV transfer (s)", "s", table=None, axis="KV transfer 
 _builtin("cost_per_million_tokens_usd", "cost per million tokens (USD)", "USD", table=None,
          axis="GPU cost per million tokens (USD)")
 _builtin("provider_bill_usd", "provider bill (USD)", "USD", table=None, axis="provider-style bill (USD)")
+_builtin("cost_usd_per_hour", "deployment cost per hour (USD)", "USD", table=None,
+         axis="cost per hour: GPUs + memory below HBM (USD)")
+_builtin("memory_cost_usd", "memory cost below HBM (USD)", "USD", table=None)
+_builtin("total_cost_per_million_tokens_usd", "total cost per million tokens (USD)", "USD", table=None,
+         axis="GPU + memory cost per million tokens (USD)")
 _builtin("ttft_s", "time to first token (s)", "s", table=None, axis="time to first token (s)")
 _builtin("e2e_s", "end-to-end latency (s)", "s", table=None, axis="end-to-end latency (s)")
 _builtin("tpot_s", "time per output token (s)", "s", table=None, axis="time per output token (s)")
@@ -191,5 +245,5 @@ for _key in ("hit_ratio", "ttft_p50_s", "ttft_p99_s", "ttft_p999_s", "e2e_p99_s"
     KEY_METRICS.append(_key)
 del _key
 
-__all__ = ["CATALOGUE", "EVICTION_REASONS", "KEY_METRICS", "Metric", "axis_label", "computed_metrics", "register",
-           "table_rows", "unregister"]
+__all__ = ["CATALOGUE", "EVICTION_REASONS", "KEY_METRICS", "Metric", "axis_label", "computed_metrics",
+           "display_label", "format_value", "register", "table_rows", "unit_of", "unregister"]

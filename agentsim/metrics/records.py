@@ -47,8 +47,9 @@ class RequestRecord:
     loaded_bytes: float = 0.0
     # Engine-style KV admission: times this call was preempted (all kinds, and by swapping its
     # KV to DRAM), the tokens its preemptions made it compute again, and its time in the
-    # waiting queue by cause (they sum to the time it waited there, re-queues included), then
-    # from admission to its first prefill chunk (nan: it needed none).
+    # waiting queue by cause: for a batch slot, for KV memory, held by its own load, for the
+    # iteration in progress (they sum to the time it waited there, re-queues included), then,
+    # once admitted, for its first prefill chunk (nan if none).
     preemptions: int = 0
     swap_preemptions: int = 0
     preempted_recompute_tokens: int = 0
@@ -64,6 +65,12 @@ class RequestRecord:
     kv_transfer_bytes: float = 0.0
     decode_queue_s: float = float("nan")
     kv_transfer_s: float = float("nan")
+    # Recomputed prompt tokens (prompt - hit) by why they were not hits; they sum to
+    # recomputed_tokens (agentsim.engine.recompute): never cached on this instance, lost to an
+    # eviction or TTL expiry, invalidated by a history rewrite.
+    recomputed_cold_tokens: int = 0
+    recomputed_evicted_tokens: int = 0
+    recomputed_invalidated_tokens: int = 0
 
 
 @dataclass(slots=True)

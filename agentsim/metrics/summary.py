@@ -8,6 +8,10 @@ percentiles leave out, so a run that rejects its slowest requests cannot look fa
 a rejected prompt counting as all misses (its tokens are in ``rejected_prompt_tokens``; the
 cache never saw it, but the caller had to compute it elsewhere). SLA attainment counts a request
 as met if TTFT <= slo.ttft_s and TPOT <= slo.tpot_s; rejected requests count as missed.
+
+Rates (``requests_per_s``, ``output_tokens_per_s``, ``goodput_requests_per_s``) divide by the
+measured window: from the end of the warm-up to the end of the run (the last finished request).
+Goodput counts the measured requests that met the SLO (the same test as SLA attainment).
 """
 
 from __future__ import annotations
@@ -41,6 +45,47 @@ def latency_summary(done: pd.DataFrame) -> dict:
     return out
 
 
+#: Causes of time spent waiting before the first token, in display order: no batch slot, no KV
+#: memory, held by its own load from a lower tier, the iteration in progress (all in the waiting
+#: queue, :mod:`agentsim.cluster.serving.queue_causes`), then, once admitted, the prefill chunk
+#: budget (waiting for its first chunk).
+QUEUE_CAUSES = ("slot", "kv", "load", "step", "chunk")
+
+
+def queue_cause_summary(done: pd.DataFrame) -> dict:
+    """Mean seconds per request waiting for each cause (``queue_<cause>_mean_s``), the total
+    seconds by cause (``queue_wait_by_cause_s``) and each cause's share of the total
+    (``queue_wait_share_by_cause``; NaN shares when nothing waited)."""
+    out: dict = {}
+    totals: dict[str, float] = {}
+    for cause in QUEUE_CAUSES:
+        column = f"queue_{cause}_s"
+        values = done[column].to_numpy(dtype=float) if column in done else np.zeros(0)
+        values = values[np.isfinite(values)]
+        out[f"queue_{cause}_mean_s"] = float(values.sum() / len(done)) if len(done) else float("nan")
+        totals[cause] = float(values.sum())
+    grand = sum(totals.values())
+    out["queue_wait_by_cause_s"] = totals
+    out["queue_wait_share_by_cause"] = {c: (t / grand if grand > 0 else float("nan")) for c, t in totals.items()}
+    return out
+
+
+def rate_summary(done: pd.DataFrame, window_s: float) -> dict:
+    """Throughput and goodput of the finished requests over ``window_s`` seconds (NaN for an
+    empty window)."""
+    if not window_s > 0:
+        return {"requests_per_s": float("nan"), "output_tokens_per_s": float("nan"),
+                "goodput_requests_per_s": float("nan")}
+    return {"requests_per_s": len(done) / window_s,
+            "output_tokens_per_s": float(done.output_tokens.sum()) / window_s,
+            "goodput_requests_per_s": float(done.slo_met.astype(bool).sum()) / window_s}
+
+
+#: Figures given for each agent class of a mixed workload (``by_agent_class``).
+CLASS_METRICS = ("requests_measured", "hit_ratio", "recomputed_tokens", "ttft_p50_s", "ttft_p99_s", "tpot_p99_s",
+                 "e2e_p99_s", "sla_attainment", "requests_per_s", "goodput_requests_per_s")
+
+
 def recompute_by_gap(requests: pd.DataFrame) -> dict[str, int]:
     """Recomputed prompt tokens by the gap that preceded the request (first calls separately)."""
     out = {"first_call": int(requests.loc[requests.gap_kind == "first", "recomputed_tokens"].sum())}
@@ -52,9 +97,28 @@ def recompute_by_gap(requests: pd.DataFrame) -> dict[str, int]:
     return out
 
 
-def summarize_requests(requests: pd.DataFrame, warmup_s: float) -> dict:
+def summarize_requests(requests: pd.DataFrame, warmup_s: float, end_s: float | None = None) -> dict:
+    """The run-level request metrics (see the module docstring). ``end_s``: the end of the run
+    (default: the last request's finish), which closes the window the rates divide by. Adds
+    ``by_agent_class`` (:data:`CLASS_METRICS` of each class) when the run has more than one."""
+    summary = _summarize(requests, warmup_s, end_s)
+    classes = sorted(requests.agent_class.unique()) if len(requests) else []
+    if len(classes) > 1:
+        summary["by_agent_class"] = {
+            name: {key: _summarize(requests[requests.agent_class == name], warmup_s,
+                                   summary["measured_window_s"] + warmup_s)[key] for key in CLASS_METRICS}
+            for name in classes}
+    return summary
+
+
+def _summarize(requests: pd.DataFrame, warmup_s: float, end_s: float | None) -> dict:
     measured = requests[requests.arrival_s >= warmup_s]
     done = measured[~measured.rejected.astype(bool)]
+    if end_s is None:
+        finish = requests.finish_s.to_numpy(dtype=float)
+        finish = finish[np.isfinite(finish)]
+        end_s = float(finish.max()) if len(finish) else warmup_s
+    window_s = max(0.0, end_s - warmup_s)
     prompt = int(done.prompt_tokens.sum())
     hit = int(done.hit_tokens.sum())
     rejected = int(measured.rejected.sum())
@@ -69,11 +133,18 @@ def summarize_requests(requests: pd.DataFrame, warmup_s: float) -> dict:
         "output_tokens": int(done.output_tokens.sum()),
         "hit_tokens": hit,
         "recomputed_tokens": int(done.recomputed_tokens.sum()),
+        # Its split by cause (agentsim.engine.recompute); the three sum to recomputed_tokens.
+        "recomputed_tokens_cold": int(done.recomputed_cold_tokens.sum()),
+        "recomputed_tokens_evicted": int(done.recomputed_evicted_tokens.sum()),
+        "recomputed_tokens_invalidated": int(done.recomputed_invalidated_tokens.sum()),
         # rejected prompts count as misses (see the module docstring)
         "hit_ratio": hit / (prompt + rejected_prompt) if prompt + rejected_prompt else float("nan"),
         "sla_attainment": float(measured.slo_met.mean()) if len(measured) else float("nan"),
     }
     summary.update(latency_summary(done))
+    summary["measured_window_s"] = window_s
+    summary.update(rate_summary(done, window_s))
+    summary.update(queue_cause_summary(done))
     summary["recomputed_tokens_by_gap"] = recompute_by_gap(done)
     summary.update(computed_metrics(done))  # metrics registered with a compute function
     return summary

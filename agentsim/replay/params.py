@@ -14,23 +14,15 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from agentsim.config.units import UnitError, parse_bandwidth, parse_bytes, parse_duration
+from agentsim.config.units import UnitError, parse_by_name
 from agentsim.errors import InputError, did_you_mean
-
-#: Name suffix -> parser of a unit string, longest suffix first.
-UNIT_SUFFIXES = (("_bytes_per_s", parse_bandwidth), ("_bytes", parse_bytes), ("_s", parse_duration))
 
 
 def _with_unit(key: str, value: Any, option: str) -> Any:
-    if not isinstance(value, str):
-        return value
-    for suffix, parser in UNIT_SUFFIXES:
-        if key.endswith(suffix):
-            try:
-                return parser(value)
-            except UnitError as exc:
-                raise InputError(str(exc), option) from None
-    return value
+    try:
+        return parse_by_name(key, value)
+    except UnitError as exc:
+        raise InputError(str(exc), option) from None
 
 
 def parse_param_options(items: list[str]) -> dict[str, Any]:

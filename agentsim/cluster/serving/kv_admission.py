@@ -97,6 +97,8 @@ class KvAdmissionRule:
 
 @KV_ADMISSION.register("reserve_full")
 class ReserveFull(KvAdmissionRule):
+    """Every prompt and output block reserved at admission; never preempts."""
+
     grows = False
 
     def blocks_at_admission(self, sequence_tokens, total_blocks):
@@ -105,6 +107,8 @@ class ReserveFull(KvAdmissionRule):
 
 @KV_ADMISSION.register("vllm")
 class VllmOnDemand(KvAdmissionRule):
+    """vLLM v1: prompt blocks at admission, output blocks on demand; preempts the newest request."""
+
     def __init__(self, serving=None, block_tokens=16):
         super().__init__(serving, block_tokens)
         self._preempted = False
@@ -121,6 +125,8 @@ class VllmOnDemand(KvAdmissionRule):
 
 @KV_ADMISSION.register("sglang")
 class SglangNewTokenRatio(KvAdmissionRule):
+    """SGLang: admits while free tokens cover new prompts plus a decaying share of running outputs."""
+
     retracts = True
 
     def __init__(self, serving=None, block_tokens=16):
@@ -190,6 +196,8 @@ class SglangNewTokenRatio(KvAdmissionRule):
 
 @KV_ADMISSION.register("trtllm")
 class TrtllmGuaranteedNoEvict(KvAdmissionRule):
+    """TensorRT-LLM GUARANTEED_NO_EVICT: admits only if every running request can still complete."""
+
     def __init__(self, serving=None, block_tokens=16):
         super().__init__(serving, block_tokens)
         self._free_blocks = 0

@@ -37,11 +37,15 @@ class CostModelRule(LoadRule):
 
 @LOAD_RULES.register("always_load")
 class AlwaysLoad(LoadRule):
+    """Load every below-HBM segment, never recompute a cached one."""
+
     def choose(self, options):
         return len(options) - 1
 
 
 @LOAD_RULES.register("never_load")
 class NeverLoad(LoadRule):
+    """Recompute everything below HBM (lower tiers only keep copies)."""
+
     def choose(self, options):
         return 0

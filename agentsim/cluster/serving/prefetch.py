@@ -34,18 +34,24 @@ class PrefetchStopRule:
 
 @PREFETCH_POLICIES.register("best_effort")
 class BestEffort(PrefetchStopRule):
+    """Schedule as soon as the request otherwise would be; load what arrived, recompute the rest."""
+
     def ready(self, prefetch, now_s):
         return True
 
 
 @PREFETCH_POLICIES.register("wait_complete")
 class WaitComplete(PrefetchStopRule):
+    """Schedule only when the whole prefetch has arrived."""
+
     def ready(self, prefetch, now_s):
         return False
 
 
 @PREFETCH_POLICIES.register("timeout")
 class Timeout(PrefetchStopRule):
+    """Schedule when the prefetch arrived or its size-scaled timeout passed, whichever is first."""
+
     wakes_at_deadline = True
 
     def ready(self, prefetch, now_s):
