@@ -103,10 +103,12 @@ def test_weka_session_structure_subagent_times_and_namespacing():
     (sub,) = session.subagents()
     assert isinstance(sub, SubAgent) and sub.agent_id == "agent_001" and sub.subagent_type == "Explore"
     raw_sub = raw["requests"][6]
-    assert sub.start_s == pytest.approx(raw_sub["t"])
+    # A sub-agent's t is its end when it records a duration (test_weka_subagent_time.py).
+    start = raw_sub["t"] - raw_sub["duration_ms"] / 1000
+    assert sub.start_s == pytest.approx(start)
     assert sub.duration_s == pytest.approx(raw_sub["duration_ms"] / 1000)
     sub_calls = sub.requests()
-    assert [r.timestamp_s for r in sub_calls] == pytest.approx([raw_sub["t"] + r["t"] for r in raw_sub["requests"]])
+    assert [r.timestamp_s for r in sub_calls] == pytest.approx([start + r["t"] for r in raw_sub["requests"]])
     assert all(r.agent_id == "agent_001" and r.parent_agent_id == "main" and r.depth == 1 for r in sub_calls)
     first = session.requests()[0]
     raw_first = raw["requests"][0]

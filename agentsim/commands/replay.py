@@ -169,6 +169,9 @@ def _timed(trace, fmt, mode, policy, capacity_blocks, capacity_fraction, block_s
                               session_offset_s=session_offset, out_dir=out, policy_params=policy_params,
                               param_items=param_items, **extra)
     summary = result if isinstance(result, dict) else getattr(result, "summary", {})
+    from agentsim.replay.cache_only import signal_warnings
+
+    print_warnings(signal_warnings(summary))
     if as_json:
         sys.stdout.write(json.dumps(summary, default=float) + "\n")
     else:

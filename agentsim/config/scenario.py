@@ -551,9 +551,12 @@ class Scenario(Strict):
                     f"({hbm_total / 1e9:.0f} GB after a {self.hardware.hbm_reserve_fraction:.0%} reserve); "
                     "add GPUs per instance or set hardware.kv_capacity_bytes"
                 )
-        elif self.hardware.kv_capacity_bytes > hbm_total:
+        elif self.hardware.kv_capacity_bytes + weights_bytes > hbm_total:
+            # The weights live in the same HBM: KV gets what they leave.
             raise FieldError(("hardware", "kv_capacity_bytes"),
-                f"{self.hardware.kv_capacity_bytes / 1e9:.4g} GB of KV exceeds the instance's HBM ({hbm_total / 1e9:.0f} GB)"
+                f"{self.hardware.kv_capacity_bytes / 1e9:.4g} GB of KV exceeds the instance's HBM left beside the "
+                f"model weights ({max(0.0, hbm_total - weights_bytes) / 1e9:.0f} GB of {hbm_total / 1e9:.0f} GB after "
+                f"{weights_bytes / 1e9:.0f} GB of weights)"
             )
         par = self.serving.parallelism
         gpus = self.hardware.gpus_per_instance

@@ -52,6 +52,7 @@ import numpy as np
 
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.policy import EvictionPolicy
+from agentsim.engine.policy_factory import eviction_policy
 from agentsim.cache.radix import RadixCache
 from agentsim.cache.sequential import replay_sequence
 from agentsim.engine.regimes import regime_of, tier_regimes, ttl_diagnostics
@@ -264,7 +265,6 @@ class RunDiagnostics:
             return {**empty, "belady_headroom_skipped": "no request used the cache"}
         started = time.perf_counter()
         ref = self.scenario.cache.eviction
-        policy_cls = EVICTION_POLICIES.get(ref.name)
         opt_hits = pol_hits = requested = 0
         for inst in self.instances:
             stream = sorted(self.streams[inst.instance_id], key=lambda r: (r[0], r[1]))
@@ -277,7 +277,7 @@ class RunDiagnostics:
             if ref.name == "belady":
                 pol_hits += hits
             else:
-                policy = policy_cls(EVICTION_POLICIES.validate_params(ref.name, ref.params))
+                policy = eviction_policy(ref, self.scenario)
                 pol_hits += replay_stream(stream, capacity, policy)[0]
         if requested == 0:
             return {**empty, "belady_headroom_skipped": "no request used the cache"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.engine.policy_factory import eviction_policy
 from agentsim.cache.radix import RadixCache
 from agentsim.cluster.routers import make_router
 from agentsim.cluster.serving.disaggregation import DisaggregatedServing, HandoffPorts, place_pools
@@ -50,7 +50,7 @@ class DisaggregatedCluster:
         serving = pool.serving
         block_tokens = pool.cache.block_tokens
         ref = pool.cache.eviction
-        return [ServingInstance(env, index, RadixCache(self.capacity_blocks[role], EVICTION_POLICIES.create(ref.name, ref.params),
+        return [ServingInstance(env, index, RadixCache(self.capacity_blocks[role], eviction_policy(ref, self.scenario, block_tokens),
                                                        name="hbm"),
                                 self.timers[role][0], block_tokens, serving.batch_requests(), serving.batch_tokens(),
                                 on_finish=on_finish, check_invariants=check_invariants,

@@ -31,11 +31,11 @@ class Hierarchy:
         self.instances = []
 
     def make_cache(self, instance: int, hbm_capacity_blocks: int):
-        from agentsim.cache.policies import EVICTION_POLICIES
         from agentsim.cache.tiers import TieredCache, TierSpec
+        from agentsim.engine.policy_factory import eviction_policy
 
         def policy(ref):
-            return EVICTION_POLICIES.create(ref.name, ref.params)
+            return eviction_policy(ref, self.scenario)
 
         lower = []
         for name, cfg in self.config.enabled_tiers():

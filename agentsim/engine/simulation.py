@@ -13,7 +13,6 @@ from typing import Callable
 import pandas as pd
 import simpy
 
-from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.radix import RadixCache
 from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.serving.kv_admission import make_kv_admission
@@ -27,6 +26,7 @@ from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecor
 from agentsim.engine.economics import economics_summary
 from agentsim.metrics.summary import summarize_requests
 from agentsim.engine.agentic import AgenticWiring
+from agentsim.engine.policy_factory import eviction_policy
 from agentsim.engine.collector import freezing_collector
 from agentsim.engine.deployment import deployment_summary
 from agentsim.engine.diagnostics import RunDiagnostics
@@ -139,7 +139,7 @@ class Simulation:
                 cache = self.hierarchy.make_cache(index, self.capacity_blocks)
                 extra = self.hierarchy.instance_kwargs(index)
             else:
-                cache = RadixCache(self.capacity_blocks, EVICTION_POLICIES.create(policy_ref.name, policy_ref.params),
+                cache = RadixCache(self.capacity_blocks, eviction_policy(policy_ref, scenario),
                                    name="hbm")
             serving = scenario.serving
             self.instances.append(ServingInstance(

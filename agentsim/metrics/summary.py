@@ -1,9 +1,13 @@
 """Run-level summary metrics from the request table.
 
 Conventions: percentiles are linear-interpolated (numpy default) over requests that arrived
-after the warm-up and were not rejected; ``hit_ratio`` is token-weighted (hit prompt tokens /
-prompt tokens); SLA attainment counts a request as met if TTFT <= slo.ttft_s and TPOT <=
-slo.tpot_s; rejected requests count as missed.
+after the warm-up and were served (not rejected); beside them ``requests_rejected`` and
+``rejected_fraction`` (rejected / measured requests) say how many requests the latency
+percentiles leave out, so a run that rejects its slowest requests cannot look fast unnoticed.
+``hit_ratio`` is token-weighted: hit prompt tokens / prompt tokens of *every* measured request,
+a rejected prompt counting as all misses (its tokens are in ``rejected_prompt_tokens``; the
+cache never saw it, but the caller had to compute it elsewhere). SLA attainment counts a request
+as met if TTFT <= slo.ttft_s and TPOT <= slo.tpot_s; rejected requests count as missed.
 
 Rates (``requests_per_s``, ``output_tokens_per_s``, ``goodput_requests_per_s``) divide by the
 measured window: from the end of the warm-up to the end of the run (the last finished request).
@@ -117,11 +121,15 @@ def _summarize(requests: pd.DataFrame, warmup_s: float, end_s: float | None) -> 
     window_s = max(0.0, end_s - warmup_s)
     prompt = int(done.prompt_tokens.sum())
     hit = int(done.hit_tokens.sum())
+    rejected = int(measured.rejected.sum())
+    rejected_prompt = int(measured.prompt_tokens.sum()) - prompt
     summary = {
         "requests": int(len(requests)),
         "requests_measured": int(len(done)),
-        "requests_rejected": int(measured.rejected.sum()),
+        "requests_rejected": rejected,
+        "rejected_fraction": rejected / len(measured) if len(measured) else float("nan"),
         "prompt_tokens": prompt,
+        "rejected_prompt_tokens": rejected_prompt,
         "output_tokens": int(done.output_tokens.sum()),
         "hit_tokens": hit,
         "recomputed_tokens": int(done.recomputed_tokens.sum()),
@@ -129,7 +137,8 @@ def _summarize(requests: pd.DataFrame, warmup_s: float, end_s: float | None) -> 
         "recomputed_tokens_cold": int(done.recomputed_cold_tokens.sum()),
         "recomputed_tokens_evicted": int(done.recomputed_evicted_tokens.sum()),
         "recomputed_tokens_invalidated": int(done.recomputed_invalidated_tokens.sum()),
-        "hit_ratio": hit / prompt if prompt else float("nan"),
+        # rejected prompts count as misses (see the module docstring)
+        "hit_ratio": hit / (prompt + rejected_prompt) if prompt + rejected_prompt else float("nan"),
         "sla_attainment": float(measured.slo_met.mean()) if len(measured) else float("nan"),
     }
     summary.update(latency_summary(done))

@@ -26,7 +26,11 @@ sequence first and ``begin_request(i)`` before request ``i``; an agentic policy 
 stop; :mod:`agentsim.workload.traces.agents`) and ``on_tool_end`` when that agent calls again. A
 policy's ``counters()`` (e.g. TTL expirations, pins) are added to the summary, and
 ``policy_signals_missing`` lists what the policy needed and the trace could not give
-(``agent_pauses`` on a trace without agents: the policy then runs as its base order).
+(``agent_pauses`` on a trace without agents: the policy then runs as its base order). A policy
+parameter named ``block_tokens`` (GDSF) takes the trace's block size unless ``--param`` sets it;
+model constants (GDSF's ``active_params``, ``attn_coeff``, ``kv_bytes_per_token``) keep their
+defaults, the packaged DeepSeek-V3, since a cache-only replay has no scenario (timed replay
+takes them from its scenario's model).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from typing import Any
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.policy import EvictionPolicy
 from agentsim.cache.radix import RadixCache
+from agentsim.cache.run_constants import with_run_constants
 from agentsim.cache.sequential import has_timers, has_tool_hooks, replay_sequence
 from agentsim.errors import InputError, InvariantViolation
 from agentsim.replay.params import validate_policy_params
@@ -106,15 +111,23 @@ class CacheOnlyResult:
         return out
 
 
-def make_policy(name: str, params: dict | None = None, param_items: list[str] | None = None):
+def make_policy(name: str, params: dict | None = None, param_items: list[str] | None = None,
+                constants: dict | None = None):
     """An instance of the registered eviction policy ``name`` (InputError with did-you-mean).
 
     Bad ``params`` raise an InputError naming the ``--param`` option (``param_items`` are the
-    option texts the params came from, see :mod:`agentsim.replay.params`).
+    option texts the params came from, see :mod:`agentsim.replay.params`). ``constants`` are
+    the run's constants (:mod:`agentsim.cache.run_constants`, e.g. the trace's
+    ``block_tokens``): they fill the policy's parameters of those names that ``params`` leaves
+    unset.
     """
     if name not in EVICTION_POLICIES:
         raise InputError(EVICTION_POLICIES.unknown_message(name), "--policy")
-    return EVICTION_POLICIES.get(name)(validate_policy_params(EVICTION_POLICIES, name, params or {}, param_items))
+    validated = validate_policy_params(EVICTION_POLICIES, name, params or {}, param_items)
+    if constants:
+        validated = EVICTION_POLICIES.validate_params(
+            name, with_run_constants(EVICTION_POLICIES.params_model(name), params, constants))
+    return EVICTION_POLICIES.get(name)(validated)
 
 
 def resolve_capacity(unique_blocks: int, capacity_blocks: int | None, capacity_fraction: float | None) -> int:
@@ -152,7 +165,9 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
     else:
         unique_blocks, ideal_hit_blocks = canonical.unique_blocks, canonical.ideal_hit_blocks
     capacity = resolve_capacity(unique_blocks, capacity_blocks, capacity_fraction)
-    policy_obj = make_policy(policy, policy_params)
+    # The trace's block size, not the policy's 64-token default (GDSF prices blocks by it).
+    block_tokens = requests[0].block_tokens if requests else None
+    policy_obj = make_policy(policy, policy_params, constants={"block_tokens": block_tokens})
     cache = RadixCache(capacity, policy_obj, name="replay")
     tool_hooks = has_tool_hooks(policy_obj)
     signals = agent_signals(requests) if tool_hooks else None

@@ -3,6 +3,11 @@
 The hardware, model and serving configuration come from a scenario file (``--scenario``;
 default: the packaged GB300 / DeepSeek-V3 profiles on one 4-GPU instance); the cache policy and
 capacity come from the replay options; the scenario's workload section is not used.
+
+Agentic policies get the agents and pauses the trace records (:mod:`agentsim.engine.trace_driver`);
+``policy_signals_missing`` in the summary lists what the policy acts on and the trace cannot
+give (as in cache-only replay: ``agent_pauses`` on a trace without tool_use / end_turn stops),
+and ``tool_starts`` / ``tool_ends`` count the pauses the policy was told of.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from agentsim.engine.loading import load_scenario, scenario_from_dict
 from agentsim.engine.simulation import Simulation
 from agentsim.engine.trace_driver import TraceDriver
 from agentsim.errors import InputError
-from agentsim.replay.cache_only import resolve_capacity
+from agentsim.replay.cache_only import make_policy, missing_signals, resolve_capacity
 from agentsim.replay.params import validate_policy_params
 from agentsim.replay.prefix import canonicalize
 from agentsim.workload.traces import iter_weka_sessions, load_requests, resolve_format
+from agentsim.workload.traces.agents import agent_signals
 
 DEFAULT_SCENARIO = {
     "name": "trace-replay",
@@ -87,6 +93,9 @@ def run_timed_replay(trace, fmt: str = "auto", mode: str = "open-loop", policy: 
         "ideal_hit_ratio": canonical.ideal_hit_blocks / requested_blocks if requested_blocks else 0.0,
         "block_hit_ratio": hit_blocks / requested_blocks if requested_blocks else 0.0,
         "capacity_blocks": capacity, "policy": policy,
+        "tool_starts": sim.agentic.tool_starts, "tool_ends": sim.agentic.tool_ends,
+        "policy_signals_missing": missing_signals(policy, make_policy(policy, data["cache"]["eviction"]["params"]),
+                                                  agent_signals(requests)),
     })
     if sessions is not None:
         result.summary["trace_report"] = weka_reuse_report(table, sessions, block)

@@ -9,8 +9,9 @@ where it records agents and stop reasons (WEKA / AgentX):
   (Mooncake) have no agent.
 * **what follows a request** = the pause before the same agent's next request, by the
   request's ``stop``: ``tool_use`` -> ``tool``, ``end_turn`` -> ``human``. If the agent spawned
-  sub-agents in between (a request whose ``parent_agent_id`` is this agent, in the same
-  session, arrives before the agent's next request), it is a ``join``: the agent waits for its
+  sub-agents in between (the *first* request of an agent whose ``parent_agent_id`` is this
+  agent, in the same session, arrives before the agent's next request; later calls of a
+  sub-agent spawned earlier do not make the parent's next pause a join), it is a ``join``: the agent waits for its
   sub-agents and its KV is not paused (as in the simulated agents). The agent's last request,
   or one whose stop is unknown or empty (interrupted, streaming), is followed by no pause
   (``""``).
@@ -65,9 +66,9 @@ def agent_signals(requests: Sequence[TraceRequest]) -> AgentSignals:
             continue
         owner = (request.session_id, request.agent_id)
         parent = request.parent_agent_id
-        if parent is not None:
-            spawned_since[(request.session_id, parent)] = True
         previous = last.get(owner)
+        if parent is not None and previous is None:  # a sub-agent starts: its parent is joining it
+            spawned_since[(request.session_id, parent)] = True
         if previous is not None:
             kind = "join" if spawned_since.get(owner) else pause_kind(requests[previous].stop)
             pauses[previous] = (owner, kind, request.timestamp_s - requests[previous].timestamp_s)

@@ -4,7 +4,11 @@ A session file holds one JSON object (or several, one per line) with ``id, model
 block_size (64), hash_id_scope, tool_tokens, system_tokens, requests[]``. A request is
 ``{t, type, model, in, out, hash_ids, stop, api_time?, think_time?, ...}``; an entry with
 ``type: "subagent"`` is a nested sub-agent with its own ``requests[]`` whose ``t`` are relative
-to the sub-agent's start (its own ``t`` on the parent's clock).
+to the sub-agent's start. A sub-agent's own ``t`` (on the parent's clock) is when it *ended*
+where it records ``duration_ms``: it starts at ``t - duration`` (clamped at the parent's 0).
+All 9 sub-agents of the 119 Claude Code sessions record one and fit that reading: each then
+starts after the parent call that spawned it and its calls end within its duration; read as its
+start, 8 of the 9 would still be calling after the parent's next call. Without a duration ``t`` is its start.
 
 Block keys: with ``hash_id_scope: "local"`` ids are per conversation, so the reader namespaces
 them as ``(namespace << 32) + id`` with one namespace per session (sub-agents share the
@@ -156,15 +160,18 @@ class _SessionParser:
                 raw_id = as_str(entry.get("agent_id", f"agent_{i:03d}"), "agent_id", source, where)
                 sub_id = raw_id if agent_id == "main" else f"{agent_id}/{raw_id}"
                 duration_ms = entry.get("duration_ms")
+                duration_s = None if duration_ms is None else as_time(duration_ms, "duration_ms", source, where) / 1000.0
+                # t is the sub-agent's end when it has a duration (see the module docstring).
+                begin = t if duration_s is None else max(0.0, t - duration_s)
                 sub = SubAgent(
-                    agent_id=sub_id, parent_agent_id=agent_id, depth=depth + 1, start_s=start_s - self.offset_s + t,
+                    agent_id=sub_id, parent_agent_id=agent_id, depth=depth + 1, start_s=start_s - self.offset_s + begin,
                     subagent_type=entry.get("subagent_type"),
-                    duration_s=None if duration_ms is None else as_time(duration_ms, "duration_ms", source, where) / 1000.0,
+                    duration_s=duration_s,
                     status=entry.get("status"),
                     tool_tokens=self._opt_count(entry, "tool_tokens", where),
                     system_tokens=self._opt_count(entry, "system_tokens", where),
                     models=self._models(entry, where))
-                sub.items = self._items(sub_entries, f"{entry_path}.requests", sub_id, depth + 1, start_s + t)
+                sub.items = self._items(sub_entries, f"{entry_path}.requests", sub_id, depth + 1, start_s + begin)
                 items.append(sub)
                 continue
             input_tokens = as_count(require(entry, "in", source, where), "in", source, where)
