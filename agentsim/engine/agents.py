@@ -82,6 +82,7 @@ class AgentDriver:
         self.seed = scenario.seed
         self.alloc = KeyAllocator()
         self.prefixes = SharedPrefixes(self.block_tokens, self.alloc, scenario.workload.global_system_prompt_tokens)
+        self.live_streams: dict[int, TokenStream] = {}   # the running agents' contexts, by id
         self.classes = [AgentClassModel(name, index, spec)
                         for index, (name, spec) in enumerate(scenario.workload.agent_classes.items())]
         self.counters = WorkloadCounters()
@@ -96,6 +97,10 @@ class AgentDriver:
     #: ``on_resume(agent_id, request)``: the tool or human pause that followed ``request`` is over
     #: (the engine releases the agent's TTL-pin there: policy ``on_tool_end``).
     on_resume: Callable[[int, LLMRequest], None] | None = None
+    #: ``on_keys_retired(keys)``: no later call can send ``keys``: the private keys of an agent
+    #: (a session's main conversation or a sub-agent) that ended, or the keys a history rewrite
+    #: replaced (set by the engine).
+    on_keys_retired: Callable[[list[int]], None] | None = None
 
     def finished_issuing(self) -> bool:
         """After ``duration_s`` no agent issues a new call (in-flight ones still finish)."""
@@ -163,6 +168,17 @@ class AgentDriver:
 
     def _conversation(self, model: AgentClassModel, stream: TokenStream, rng: np.random.Generator,
                       session_id: int, depth: int, n_calls: int, agent_id: int = -1):
+        self.live_streams[id(stream)] = stream
+        try:
+            yield from self._conversation_calls(model, stream, rng, session_id, depth, n_calls, agent_id)
+        finally:
+            # The agent is done: no later call can send its private keys.
+            del self.live_streams[id(stream)]
+            if self.on_keys_retired is not None:
+                self.on_keys_retired(stream.keys[stream.shared_blocks:])
+
+    def _conversation_calls(self, model: AgentClassModel, stream: TokenStream, rng: np.random.Generator,
+                            session_id: int, depth: int, n_calls: int, agent_id: int = -1):
         env = self.env
         spec = model.spec
         gap_s, gap_kind = float("nan"), "first"
@@ -221,6 +237,10 @@ class AgentDriver:
                     children.append(env.process(
                         self._conversation(model, child, child_rng, session_id, depth + 1, calls, agent_id=child_agent)))
                 yield simpy.AllOf(env, children)
+                if self.on_keys_retired is not None:
+                    # The siblings' shared start (the parent's last partial block and the
+                    # sub-agent system prompt) is no one's once they have all ended.
+                    self.on_keys_retired(base.keys[len(stream.keys):])
                 for _ in range(fanout):
                     stream.append(_count(model.sub_result, rng, 0))
                 gap_s, gap_kind = env.now - start, "join"
@@ -254,7 +274,20 @@ class AgentDriver:
                 rewrite = _merge_rewrite(rewrite, last_instance, offset // self.block_tokens, last_cached_blocks)
                 mutations += 1
 
+    def key_horizon(self) -> tuple[int, set[int]]:
+        """(oldest key a live agent can still send apart from the shared prefixes, the shared
+        prefixes' keys): keys are allocated in increasing order and an agent's history only
+        grows or is rewritten with new keys, so every other key below the first is dead."""
+        oldest = self.alloc.peek()
+        for stream in self.live_streams.values():
+            keys = stream.keys
+            if len(keys) > stream.shared_blocks and keys[stream.shared_blocks] < oldest:
+                oldest = keys[stream.shared_blocks]
+        return oldest, self.prefixes.all_keys()
+
     def _mutated(self, instance: int, old_keys: list[int], from_block: int) -> None:
+        if self.on_keys_retired is not None:
+            self.on_keys_retired(old_keys[from_block:])
         if self.on_mutation is not None and instance >= 0:
             self.on_mutation(instance, old_keys, from_block)
 

@@ -16,26 +16,23 @@ including tokens no cache could have held. :class:`RecomputeClassifier` splits i
 
 The three sum to ``recomputed_tokens`` (checked with ``run.check_invariants``).
 
-Memory: what a cache lost is kept in two arrays indexed by block key (the key allocator hands
-out consecutive ints): ``fate`` (uint8, how the key was lost last) and ``lost_on`` (int16, the
-first instance that lost it): 3 bytes per allocated key, about 24 MB for 8 million keys. A key
-lost on a second instance (a shared prefix) goes to that instance's dict instead, and so does a
-key outside ``[0, 2**31)`` (trace hash ids), so the record is exact. Nothing is stored on the hit
-path: the hooks run on removals (the policies' ``on_remove``) and once per finished request.
+Memory: what a cache lost is kept in a dict from block key to how it was lost (the first
+instance that lost it and the tier), about 100 bytes a key, plus a dict per further instance for
+keys lost on several (shared prefixes). Removals by a history rewrite are not kept (a rewritten
+key never recurs; the rewrite's positions say what was invalidated), and the keys a rewrite
+replaced and an ended agent's private keys are forgotten (:meth:`RecomputeClassifier.forget`:
+no later call can send them), so
+the record holds the lost keys of live agents only and stays flat over a long run. Nothing is
+stored on the hit path: the hooks run on removals (the policies' ``on_remove``), once per
+finished request and once per finished agent.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-#: Keys at or above this go to the per-instance dicts instead of the arrays.
-ARRAY_KEY_LIMIT = 2 ** 31
-#: ``fate`` codes: 0 never lost; else 1 + 2 * tier index, plus 1 for a history rewrite.
-NEVER_LOST = 0
-
-
-def _code(tier_index: int, reason: str) -> int:
-    return 1 + 2 * tier_index + (1 if reason == "mutation" else 0)
+#: A loss record: ``(instance + 1) << 8 | 1 + tier index`` (one int per key).
+_TIER_BITS = 8
 
 
 def _removed_keys(obj, blocks: int) -> list[int]:
@@ -53,10 +50,14 @@ class RecomputeClassifier:
     def __init__(self, instances: list, block_tokens: int, warmup_s: float):
         self.block_tokens = block_tokens
         self.warmup_s = warmup_s
-        self._fate = np.zeros(0, dtype=np.uint8)
-        self._lost_on = np.zeros(0, dtype=np.int16)
-        self._spill: dict[int, dict[int, int]] = {}
-        self._lost_any = False
+        self._lost: dict[int, int] = {}                 # key -> (owner + 1) << 8 | (1 + tier)
+        self._spill: dict[int, dict[int, int]] = {}     # instance -> key -> 1 + tier
+        #: ``() -> (oldest live key, protected keys)`` (the agent driver's ``key_horizon``):
+        #: when set, records of dead keys (below the oldest live key, not protected) are purged
+        #: whenever the record has doubled, since an ended agent's blocks are still evicted
+        #: (and recorded) after it ended.
+        self.key_horizon = None
+        self._purge_at = 4096
         tiers_of = [list(getattr(inst.cache, "tiers", None) or [inst.cache]) for inst in instances]
         self.tier_names = [tier.name for tier in tiers_of[0]] if tiers_of else ["hbm"]
         #: Evicted tokens of measured requests (arrival after the warm-up), by tier lost from.
@@ -70,59 +71,58 @@ class RecomputeClassifier:
         record = self._record
 
         def on_remove(obj, blocks, reason, _original=original):
-            record(instance, _removed_keys(obj, blocks), tier_index, reason)
+            if reason != "mutation":     # a rewritten key never recurs
+                record(instance, _removed_keys(obj, blocks), tier_index)
             _original(obj, blocks, reason)
 
         policy.on_remove = on_remove
 
-    def _grow(self, size: int) -> None:
-        new_size = max(size, 2 * len(self._fate), 1024)
-        fate = np.zeros(new_size, dtype=np.uint8)
-        lost_on = np.zeros(new_size, dtype=np.int16)
-        fate[: len(self._fate)] = self._fate
-        lost_on[: len(self._lost_on)] = self._lost_on
-        self._fate, self._lost_on = fate, lost_on
-
-    def _record(self, instance: int, keys: list[int], tier_index: int, reason: str) -> None:
-        if not keys:
-            return
-        self._lost_any = True
-        code = _code(tier_index, reason)
+    def _record(self, instance: int, keys: list[int], tier_index: int) -> None:
+        lost = self._lost
         owner = instance + 1
-        arr = np.asarray(keys, dtype=np.int64)
-        in_range = (arr >= 0) & (arr < ARRAY_KEY_LIMIT)
-        if not in_range.all():
-            spill = self._spill.setdefault(instance, {})
-            for key in arr[~in_range].tolist():
-                spill[key] = code
-            arr = arr[in_range]
-            if not len(arr):
-                return
-        top = int(arr.max()) + 1
-        if top > len(self._fate):
-            self._grow(top)
-        holders = self._lost_on[arr]
-        mine = (holders == 0) | (holders == owner)
-        self._lost_on[arr[mine]] = owner
-        self._fate[arr[mine]] = code
-        if not mine.all():
-            spill = self._spill.setdefault(instance, {})
-            for key in arr[~mine].tolist():
-                spill[key] = code
+        code = (owner << _TIER_BITS) | (1 + tier_index)
+        spill = None
+        for key in keys:
+            held = lost.get(key)
+            if held is None or held >> _TIER_BITS == owner:
+                lost[key] = code
+            else:
+                if spill is None:
+                    spill = self._spill.setdefault(instance, {})
+                spill[key] = 1 + tier_index
+        if len(lost) > self._purge_at and self.key_horizon is not None:
+            self._purge()
 
-    def _codes(self, instance: int, keys: list[int]) -> np.ndarray:
-        """How each of ``keys`` was lost on ``instance`` (0: never)."""
-        arr = np.asarray(keys, dtype=np.int64)
-        codes = np.zeros(len(arr), dtype=np.int64)
-        size = len(self._fate)
-        inside = (arr >= 0) & (arr < size)
-        idx = arr[inside]
-        codes[inside] = np.where(self._lost_on[idx] == instance + 1, self._fate[idx], 0)
-        spill = self._spill.get(instance)
-        if spill:
-            for i in np.flatnonzero(codes == 0).tolist():
-                codes[i] = spill.get(int(arr[i]), 0)
-        return codes
+    def _purge(self) -> None:
+        oldest, protected = self.key_horizon()
+        self._lost = {k: v for k, v in self._lost.items() if k >= oldest or k in protected}
+        for instance, spill in self._spill.items():
+            self._spill[instance] = {k: v for k, v in spill.items() if k >= oldest or k in protected}
+        self._purge_at = max(4096, 2 * len(self._lost))
+
+    def forget(self, keys: list[int]) -> None:
+        """``keys`` can never be requested again (their agent ended, or a rewrite replaced them):
+        drop their loss records."""
+        lost = self._lost
+        if not lost:
+            return
+        pop = lost.pop
+        for key in keys:
+            pop(key, None)
+        for spill in self._spill.values():
+            for key in keys:
+                spill.pop(key, None)
+
+    def _tiers_lost(self, instance: int, keys: list[int]) -> list[int]:
+        """For each of ``keys``: 1 + the tier ``instance`` lost it from, or 0 if it never did."""
+        owner = instance + 1
+        lost = self._lost
+        spill = self._spill.get(instance) or {}
+        out = []
+        for key in keys:
+            held = lost.get(key, 0)
+            out.append(held & 0xFF if held >> _TIER_BITS == owner else spill.get(key, 0))
+        return out
 
     def classify(self, request) -> tuple[int, int, int]:
         """(cold, evicted, invalidated) recomputed prompt tokens of a finished ``request``; they
@@ -136,23 +136,22 @@ class RecomputeClassifier:
         missed = request.prompt_keys[first:]
         rewrite = request.rewrite
         rewritten = bool(rewrite) and rewrite[0] == request.instance and rewrite[2] > first
-        if not missed or (not self._lost_any and not rewritten):
+        if not missed or (not self._lost and not rewritten):
             return recomputed, 0, 0
-        codes = self._codes(request.instance, missed) if self._lost_any else np.zeros(len(missed), dtype=np.int64)
-        invalid = (codes > 0) & (codes % 2 == 0)
+        tiers = np.array(self._tiers_lost(request.instance, missed) if self._lost else [0] * len(missed))
+        lost = tiers > 0
+        invalid = np.zeros(len(missed), dtype=bool)
         if rewritten:
             positions = np.arange(first, first + len(missed))
-            invalid |= (codes == 0) & (positions >= rewrite[1]) & (positions < rewrite[2])
-        lost = (codes > 0) & ~invalid
+            invalid = ~lost & (positions >= rewrite[1]) & (positions < rewrite[2])
         evicted = int(lost.sum()) * block
         invalidated = int(invalid.sum()) * block
         if evicted and request.arrival_s >= self.warmup_s:
-            tiers = (codes[lost] - 1) // 2
-            for index, count in zip(*np.unique(tiers, return_counts=True)):
+            for index, count in zip(*np.unique(tiers[lost] - 1, return_counts=True)):
                 name = self.tier_names[int(index)] if int(index) < len(self.tier_names) else f"tier{int(index)}"
                 self.evicted_by_tier_tokens[name] = self.evicted_by_tier_tokens.get(name, 0) + int(count) * block
         return recomputed - evicted - invalidated, evicted, invalidated
 
     def state_bytes(self) -> int:
-        """Memory held by the record (arrays plus an estimate of 100 bytes a spilled key)."""
-        return int(self._fate.nbytes + self._lost_on.nbytes) + 100 * sum(len(d) for d in self._spill.values())
+        """Memory held by the record (an estimate: 100 bytes a key)."""
+        return 100 * (len(self._lost) + sum(len(d) for d in self._spill.values()))

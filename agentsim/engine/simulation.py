@@ -166,6 +166,8 @@ class Simulation:
         self.diagnostics = RunDiagnostics(self.env, scenario, self.instances)
         # Recomputed tokens split by cause: cold, evicted (by tier), invalidated.
         self.recompute = RecomputeClassifier(self.instances, self.block_tokens, scenario.run.warmup_s)
+        self.driver.on_keys_retired = self.recompute.forget
+        self.recompute.key_horizon = getattr(self.driver, "key_horizon", None)
         # Evictions by reason and link traffic over time (read-only samples, for the figures).
         self.timeseries = TimeSeriesSampler(self.instances, self.hierarchy)
         self.request_observers: list[Callable[[LLMRequest], None]] = []

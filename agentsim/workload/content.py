@@ -16,6 +16,10 @@ class KeyAllocator:
     def __init__(self) -> None:
         self._next = 1
 
+    def peek(self) -> int:
+        """The next key :meth:`take` would hand out (every key so far is smaller)."""
+        return self._next
+
     def take(self, count: int) -> list[int]:
         start = self._next
         self._next += count
@@ -101,6 +105,13 @@ class SharedPrefixes:
         self.global_tokens = global_tokens
         self.global_keys = alloc.take(global_tokens // block_tokens)
         self._class_keys: dict[str, tuple[list[int], int]] = {}
+
+    def all_keys(self) -> set[int]:
+        """Every key of the global prompt and of the class prefixes made so far."""
+        keys = set(self.global_keys)
+        for class_keys, _tokens in self._class_keys.values():
+            keys.update(class_keys)
+        return keys
 
     def for_class(self, class_name: str, tools_tokens: int) -> tuple[list[int], int]:
         """(keys, tokens) of the prefix every session of ``class_name`` starts with."""
