@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import zlib
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
+import seaborn as sns
+
+from agentsim.metrics.catalogue import axis_label
 
 #: One colour per policy name in every figure, whichever policies a figure shows: a fixed table
 #: (families get neighbouring hues; the offline optima are black and grey) rather than colours
@@ -47,3 +51,32 @@ def zoom_ratio_axis(ax, values, floor: float = 0.0, ceiling: float = 1.0) -> Non
     ax.set_ylim(max(floor, low - margin), min(ceiling + 0.002, high + margin))
 
 
+
+
+class PlotSkipped(Exception):
+    """The data a figure needs are absent; ``str(exc)`` says what is missing and why."""
+
+
+def label(column: str) -> str:
+    """Readable axis label for a column name (its catalogue ``axis_label``; else the name itself,
+    de-underscored)."""
+    return axis_label(column) or column.replace("_", " ")
+
+
+def _style():
+    return sns.axes_style("whitegrid")
+
+
+def _require(frame: pd.DataFrame | None, columns: Iterable[str], what: str) -> pd.DataFrame:
+    if frame is None or len(frame) == 0:
+        raise PlotSkipped(f"{what}: no rows")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise PlotSkipped(f"{what}: the table has no column {', '.join(missing)} (written by an older agentsim?)")
+    return frame
+
+
+def _hue_order(frame: pd.DataFrame, hue: str | None) -> list | None:
+    if hue is None:
+        return None
+    return list(dict.fromkeys(frame[hue].tolist()))  # first appearance: the sweep's cell order

@@ -19,7 +19,7 @@ token counts in millions; utilisation as a fraction of the link's busy time.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -28,7 +28,10 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from agentsim.plot_style import POLICY_COLORS, hue_palette, policy_color, zoom_ratio_axis  # noqa: F401  (re-exported)
+from agentsim.plot_style import (  # noqa: F401  (re-exported: notebooks call plots.<name>)
+    POLICY_COLORS, PlotSkipped, _hue_order, _require, _style, hue_palette, label, policy_color, zoom_ratio_axis,
+)
+from agentsim.sweep_plots import cell_means, cost_vs_sla, metric_vs_axis  # noqa: F401  (re-exported)
 from agentsim.hardware.tier_kinds import tier_names
 from agentsim.metrics.catalogue import EVICTION_REASONS, axis_label
 from agentsim.metrics.summary import GAP_BUCKETS
@@ -40,29 +43,6 @@ REASON_ORDER = list(EVICTION_REASONS)
 BREAKDOWN_PARTS = (("queue_wait_s", "queue wait"), ("load_wait_s", "load from lower tier"), ("prefill_s", "prefill (compute)"))
 
 
-class PlotSkipped(Exception):
-    """The data a figure needs are absent; ``str(exc)`` says what is missing and why."""
-
-
-def label(column: str) -> str:
-    """Readable axis label for a column name (its catalogue ``axis_label``; else the name itself,
-    de-underscored)."""
-    return axis_label(column) or column.replace("_", " ")
-
-
-def _style():
-    return sns.axes_style("whitegrid")
-
-
-def _require(frame: pd.DataFrame | None, columns: Iterable[str], what: str) -> pd.DataFrame:
-    if frame is None or len(frame) == 0:
-        raise PlotSkipped(f"{what}: no rows")
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise PlotSkipped(f"{what}: the table has no column {', '.join(missing)} (written by an older agentsim?)")
-    return frame
-
-
 def _done(requests: pd.DataFrame, warmup_s: float) -> pd.DataFrame:
     """Measured requests, as the run summary counts them: arrived after warm-up, not rejected."""
     out = requests
@@ -71,12 +51,6 @@ def _done(requests: pd.DataFrame, warmup_s: float) -> pd.DataFrame:
     if warmup_s > 0 and "arrival_s" in out:
         out = out[out.arrival_s >= warmup_s]
     return out
-
-
-def _hue_order(frame: pd.DataFrame, hue: str | None) -> list | None:
-    if hue is None:
-        return None
-    return list(dict.fromkeys(frame[hue].tolist()))  # first appearance: the sweep's cell order
 
 
 #: The bound column of each hit-ratio column it may be drawn against (same units and mode):
@@ -524,101 +498,6 @@ def recompute_by_gap(requests: pd.DataFrame, hue: str | None = None, warmup_s: f
             ax2.get_legend().remove() if ax2.get_legend() else None
             ax.legend(fontsize=8, title=hue)
         fig.suptitle(title or "Where recomputation comes from", fontsize=12)
-        fig.tight_layout()
-    return fig
-
-
-# --- sweeps ---------------------------------------------------------------------------------------
-
-def cell_means(table: pd.DataFrame, metrics: Sequence[str], by: Sequence[str] = ("label",)) -> pd.DataFrame:
-    """Mean and 95% CI half-width (t, over seeds) of ``metrics`` per group of ``by``; ok runs only."""
-    from agentsim.experiments.stats import mean_ci
-
-    ok = table[table.status == "ok"] if "status" in table else table
-    rows = []
-    for key, group in ok.groupby(list(by), sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        row = dict(zip(by, key))
-        for metric in metrics:
-            n, mean, _std, half = mean_ci(pd.to_numeric(group[metric], errors="coerce").to_numpy(dtype=float))
-            row[metric], row[f"{metric}_ci"] = mean, half
-        row["seeds"] = len(group)
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def cost_vs_sla(table: pd.DataFrame, cost: str = "cost_per_million_tokens_usd", sla: str = "sla_attainment",
-                hue: str | None = None, style: str | None = None, target: float | None = None,
-                annotate: bool | None = None, title: str | None = None) -> Figure:
-    """Cost against SLA attainment, one point per sweep cell (mean over seeds, large marker) with
-    each seed's run as a small dot of the same colour (with few seeds a t-interval is wider than
-    the data and would hide them).
-
-    The good corner is bottom right (cheap and meeting the SLA). ``hue``/``style`` name axis
-    columns of the sweep (e.g. ``cache.eviction.name``); ``target`` draws the attainment target.
-    Points are annotated with the cell's ``label`` column when there are at most 12 cells."""
-    _require(table, [cost, sla], "cost vs SLA attainment")
-    by = ["label"] + [c for c in (hue, style) if c and c in table and c != "label"]
-    if "label" not in table:
-        table = table.assign(label=table.index.astype(str))
-    means = cell_means(table, [cost, sla], by)
-    means = means[np.isfinite(means[cost]) & np.isfinite(means[sla])]
-    if len(means) == 0:
-        raise PlotSkipped("cost vs SLA attainment: no cell has both metrics")
-    hue = hue if hue in means else None
-    style = style if style in means else None
-    with _style():
-        fig, ax = plt.subplots(figsize=(8, 5.2))
-        ok = table[table.status == "ok"] if "status" in table else table
-        seeds = ok.assign(**{sla: pd.to_numeric(ok[sla], errors="coerce"), cost: pd.to_numeric(ok[cost], errors="coerce")})
-        order = _hue_order(means, hue)
-        sns.scatterplot(data=seeds, x=sla, y=cost, hue=hue, hue_order=order, s=14, alpha=0.45, ax=ax, zorder=1,
-                        legend=False, color=None if hue else "C0", palette=hue_palette(seeds, hue))
-        sns.scatterplot(data=means, x=sla, y=cost, hue=hue, style=style, s=90, ax=ax, zorder=2, edgecolor="black",
-                        hue_order=order, color=None if hue else "C0", palette=hue_palette(means, hue))
-        low = float(np.nanmin(seeds[sla])) if len(seeds) else 0.0
-        ax.set_xlim(max(-0.02, low - 0.05), 1.02)
-        if annotate is None:
-            annotate = len(means) <= 12
-        if annotate:
-            for row in means.itertuples():
-                ax.annotate(str(row.label), (getattr(row, sla), getattr(row, cost)), fontsize=7, xytext=(4, 4),
-                            textcoords="offset points", color="0.25")
-        if target is not None:
-            ax.axvline(target, color="C3", ls="--", lw=1, label=f"target {target:g}")
-        ax.set_xlabel(label(sla))
-        ax.set_ylabel(label(cost))
-        ax.set_title(title or "Cost against SLA attainment per sweep cell (bottom right is better)")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-        fig.tight_layout()
-    return fig
-
-
-def metric_vs_axis(table: pd.DataFrame, x: str, metrics: Sequence[str], hue: str | None = None,
-                   x_scale: float = 1.0, x_label: str | None = None, thresholds: dict[str, float] | None = None,
-                   logx: bool | None = None, title: str | None = None) -> Figure:
-    """One panel per metric against a sweep axis ``x`` (mean over seeds with 95% CI), one line
-    per ``hue``; ``thresholds`` draws an SLO line on a metric's panel (e.g. ``{"ttft_p99_s": 2}``)."""
-    _require(table, [x, *metrics], "metric vs axis")
-    ok = table[table.status == "ok"] if "status" in table else table
-    data = ok.assign(_x=pd.to_numeric(ok[x], errors="coerce") / x_scale)
-    hue = hue if hue is not None and hue in data else None
-    with _style():
-        fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 4.0), squeeze=False)
-        for i, (ax, metric) in enumerate(zip(axes[0], metrics)):
-            sns.lineplot(data=data, x="_x", y=metric, hue=hue, hue_order=_hue_order(data, hue), marker="o",
-                         errorbar=("ci", 95), ax=ax, legend=i == 0, palette=hue_palette(data, hue))
-            if thresholds and metric in thresholds:
-                ax.axhline(thresholds[metric], color="C3", ls="--", lw=1, label=f"SLO {thresholds[metric]:g}")
-                ax.legend(fontsize=7)
-            xs = data._x.to_numpy(dtype=float)
-            if (logx is True) or (logx is None and np.nanmin(xs) > 0 and np.nanmax(xs) / np.nanmin(xs) > 8):
-                ax.set_xscale("log")
-            ax.set_xlabel(x_label or label(x))
-            ax.set_ylabel(label(metric))
-            ax.set_title(label(metric).split(" (")[0], fontsize=10)
-        fig.suptitle(title or f"Metrics against {x_label or label(x)}", fontsize=12)
         fig.tight_layout()
     return fig
 

@@ -15,18 +15,20 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "agentsim"
 
-# Lowest first. The shared helpers sit below config; metrics and results (typed records and
-# summaries) sit below the cache so that the engine can fill them; plots and the report are
-# presentation and sit with the command line (plots draws sweep tables from experiments/).
+# Lowest first. The shared helpers (errors, YAML text, bounded input files, validated result
+# files, staged run directories, the packaged examples' location) sit below config; the plugin
+# registry reads parameter units from config; metrics and results (typed records and summaries)
+# sit below the cache so that the engine can fill them; plots and the report are presentation
+# (sweep figures use experiments/ statistics).
 LAYERS: list[set[str]] = [
-    {"agentsim", "errors", "registry", "yaml_text"},
+    {"agentsim", "errors", "yaml_text", "input_files", "result_files", "run_directory", "examples"},
     {"config"},
-    {"workload", "metrics", "results"},
+    {"registry", "workload", "metrics", "results"},
     {"cache"},
     {"cluster", "hardware"},
     {"engine"},
     {"experiments", "replay"},
-    {"plots", "report"},
+    {"plots", "plot_style", "sweep_plots", "report"},
     {"commands", "cli"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}

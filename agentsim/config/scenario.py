@@ -8,7 +8,7 @@ holds plain SI numbers and says its unit in its name.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -16,7 +16,9 @@ from agentsim.config.limits import Limits, check_limits
 from agentsim.config.units import Bytes, BytesPerSecond, Count, FlopsPerSecond, Seconds
 from agentsim.errors import FieldError, did_you_mean
 from agentsim.config.distributions import DistributionSpec, require_support_at_least
-from agentsim.config.disaggregation import DisaggregationConfig, check_pools
+from agentsim.config.disaggregation import DisaggregationConfig, check_pools  # noqa: F401
+from agentsim.config.base import PolicyRef, Strict  # noqa: F401  (re-exported: the scenario's parts)
+from agentsim.config.serving import Parallelism, Precision, ServingConfig  # noqa: F401  (re-exported)
 
 
 def check_output_name(value: str) -> str:
@@ -31,12 +33,6 @@ def check_output_name(value: str) -> str:
         raise ValueError(f"name {value!r} must be a plain name (no '/', '\\', '..'): it names the directory "
                          "under runs/ (use --out to write elsewhere)")
     return value
-
-
-class Strict(BaseModel):
-    # Infinity and NaN are never a valid setting (`rate_per_s: .inf` would hang the run,
-    # `min: .nan` compares false with everything): every float field must be finite.
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class HardwareConfig(Strict):
@@ -119,20 +115,6 @@ class ModelConfig(Strict):
         if self.active_params > self.total_params:
             raise FieldError(("active_params",), f"active_params ({self.active_params:g}) exceeds total_params ({self.total_params:g})")
         return self
-
-
-class PolicyRef(Strict):
-    """A registered policy by name, with its own validated parameters."""
-
-    name: str = Field("lru", description="registered policy name (see `agentsim policies`)")
-    params: dict[str, Any] = Field(default_factory=dict, description="policy parameters")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_string(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return {"name": value}
-        return value
 
 
 class TierConfig(Strict):
@@ -272,82 +254,6 @@ class CacheConfig(Strict):
     tiers: TiersConfig | None = Field(None, description="tiers below HBM (DRAM, disk, remote, peer HBM); absent = HBM only")
     admission: PolicyRef = Field(default_factory=lambda: PolicyRef(name="admit_all"),
                                  description="A1 admission filter at release (admit_all, second_hit, tinylfu; see `agentsim policies`)")
-
-
-class Parallelism(Strict):
-    """How one instance's GPUs split the model (``tp * pp * attention_dp`` = GPUs per instance).
-
-    For MoE models the experts are split ``moe_tp * moe_ep = tp * attention_dp`` ways; absent
-    values default to tensor parallelism for dense layers and expert parallelism for experts."""
-
-    tp: int | None = Field(None, gt=0, description="tensor-parallel degree (absent: GPUs per instance / (pp * attention_dp))")
-    pp: int = Field(1, gt=0, description="pipeline-parallel stages")
-    attention_dp: int = Field(1, gt=0, description="attention data-parallel ranks (each serves a share of the sequences)")
-    moe_tp: int | None = Field(None, gt=0, description="tensor-parallel degree inside each expert")
-    moe_ep: int | None = Field(None, gt=0, description="expert-parallel degree")
-
-
-class Precision(Strict):
-    """Numeric formats, in aiconfigurator-core's names (absent: the model's published format)."""
-
-    weights: str | None = Field(None, description="dense-layer GEMMs: bfloat16, fp8, fp8_block, nvfp4, int4_wo")
-    moe: str | None = Field(None, description="expert GEMMs: bfloat16, fp8, fp8_block, nvfp4, int4_wo, w4a16_mxfp4")
-    kv_cache: str | None = Field(None, description="KV cache: bfloat16, fp8")
-    attention: str | None = Field(None, description="attention kernels: bfloat16, fp8")
-
-
-class ServingConfig(Strict):
-    max_batch_requests: int = Field(128, gt=0, description="most requests in one running batch (engine name: max_num_seqs)")
-    prefill_chunk_tokens: int = Field(8192, gt=0, description="chunked prefill: token budget per iteration (engine name: max_num_batched_tokens)")
-    engine: Literal["vllm", "sglang", "trtllm"] = Field(
-        "vllm", description="serving engine whose kernels (measured timing) and scheduler (KV admission, preemption) are modelled")
-    engine_version: str | None = Field(None, description="engine version in the timing databases (absent: the newest complete one)")
-    timing: Literal["auto", "measured", "roofline"] = Field(
-        "auto", description="step timing: measured (aiconfigurator-core databases; error if they lack the deployment), "
-                            "roofline, or auto (measured where available, else roofline; the summary says which and why)")
-    parallelism: Parallelism = Field(default_factory=Parallelism)
-    precision: Precision = Field(default_factory=Precision)
-    router: str = Field("kv_aware", description="how requests pick an instance: kv_aware (Dynamo), cache_aware (SGLang), "
-                        "session_affinity, least_loaded, round_robin (see `agentsim policies`, docs/routing.md)")
-    router_params: dict[str, Any] = Field(default_factory=dict, description="the router's parameters (its Params; see `agentsim policies`)")
-    sticky_sessions: bool = Field(False, description="send every call of a session to the instance that served its first call")
-    prefill_ahead: PolicyRef = Field(default_factory=lambda: PolicyRef(name="none"),
-                                     description="prefill a session's tool output during the tool gap, ahead of its next call: "
-                                                 "none, or streamed with params chunks, pin, min_tokens (docs/prefill-ahead.md)")
-    # --- engine-style KV admission (agentsim.cluster.serving.kv_admission) -----------------------
-    kv_admission: Literal["vllm", "sglang", "trtllm", "reserve_full"] | None = Field(
-        None, description="KV admission rule; default: the engine's (reserve_full: every prompt and output block reserved at admission, never preempted)")
-    preemption: Literal["recompute", "swap"] = Field("recompute", description="vllm rule: a preempted request's KV is dropped and recomputed, or swapped to the DRAM tier")
-    init_new_token_ratio: float = Field(0.7, gt=0, le=1, description="sglang rule: share of the running requests' remaining output reserved, at start and after a retraction")
-    min_new_token_ratio: float = Field(0.1, gt=0, le=1, description="sglang rule: the share decays to this")
-    new_token_ratio_decay: float = Field(0.001, ge=0, description="sglang rule: decay of the share per decode step")
-    max_num_seqs: int | None = Field(None, gt=0, description="engine name for max_batch_requests (overrides it when set)")
-    max_num_batched_tokens: int | None = Field(None, gt=0, description="engine name for prefill_chunk_tokens (overrides it when set)")
-    disaggregation: DisaggregationConfig | None = Field(
-        None, description="separate prefill and decode pools, KV handed over on the topology's links (absent: aggregated)")
-    long_prefill_token_threshold: int | None = Field(
-        None, gt=0, description="most tokens one prefilling request takes of an iteration's budget while another request "
-                                "is prefilling too, so a short prompt is not held behind a long cold one (vLLM's "
-                                "long_prefill_token_threshold with partial prefills); absent: chunks first come first served")
-
-    @model_validator(mode="after")
-    def _ratios(self):
-        if self.min_new_token_ratio > self.init_new_token_ratio:
-            raise FieldError(("min_new_token_ratio",), f"min_new_token_ratio ({self.min_new_token_ratio:g}) exceeds "
-                             f"init_new_token_ratio ({self.init_new_token_ratio:g})")
-        return self
-
-    def kv_admission_rule(self) -> str:
-        """The KV admission rule in force: ``kv_admission``, else the engine's own."""
-        return self.kv_admission or self.engine
-
-    def batch_requests(self) -> int:
-        """Most requests in one batch (``max_num_seqs`` over ``max_batch_requests``)."""
-        return self.max_num_seqs or self.max_batch_requests
-
-    def batch_tokens(self) -> int:
-        """Token budget per iteration (``max_num_batched_tokens`` over ``prefill_chunk_tokens``)."""
-        return self.max_num_batched_tokens or self.prefill_chunk_tokens
 
 
 class Arrival(Strict):

@@ -156,8 +156,12 @@ class PlainAdmission(Admission):
             hit_tokens = cached * block_tokens
             if tokens - 1 < hit_tokens:
                 hit_tokens = tokens - 1
-            if not rule.admits(need, tokens - hit_tokens, output_left, total_blocks - cached - need,
-                               newly_pinned_blocks(match.node, False)) \
+            # An idle instance admits the head request whenever the cache can reserve its
+            # blocks: a rule's budget counts blocks pinned by an agentic policy (TTL pins) as
+            # taken, yet the cache releases those under pressure, so refusing with nothing
+            # running would wait for memory nothing will ever free.
+            if not (rule.admits(need, tokens - hit_tokens, output_left, total_blocks - cached - need,
+                                newly_pinned_blocks(match.node, False)) or not batch.running) \
                     or not cache.reserve(need, now):
                 cache.unpin(match.node)
                 return KV
@@ -318,8 +322,9 @@ class TieredAdmission(Admission):
         extra_used = extra_blocks if k > len(segments) else 0
         cached = hbm_blocks + load_blocks
         hit_tokens = min((cached + extra_used) * bt, tokens - 1)
-        if not host.kv_rule.admits(need, tokens - hit_tokens, output_left, total_blocks - hbm_blocks - need,
-                                   newly_pinned_blocks(deepest, True)) \
+        # As in plain admission: an idle instance admits whatever the cache can reserve.
+        if not (host.kv_rule.admits(need, tokens - hit_tokens, output_left, total_blocks - hbm_blocks - need,
+                                    newly_pinned_blocks(deepest, True)) or not host.batch.running) \
                 or not cache.reserve(need, now):
             cache.unpin(deepest)
             if load_blocks:

@@ -1,0 +1,88 @@
+"""The ``serving`` section: engine, step timing, parallelism and precision, batching caps,
+router, KV admission and preemption, disaggregation and prefill-ahead."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from agentsim.config.base import PolicyRef, Strict
+from agentsim.config.disaggregation import DisaggregationConfig
+from agentsim.errors import FieldError
+
+
+class Parallelism(Strict):
+    """How one instance's GPUs split the model (``tp * pp * attention_dp`` = GPUs per instance).
+
+    For MoE models the experts are split ``moe_tp * moe_ep = tp * attention_dp`` ways; absent
+    values default to tensor parallelism for dense layers and expert parallelism for experts."""
+
+    tp: int | None = Field(None, gt=0, description="tensor-parallel degree (absent: GPUs per instance / (pp * attention_dp))")
+    pp: int = Field(1, gt=0, description="pipeline-parallel stages")
+    attention_dp: int = Field(1, gt=0, description="attention data-parallel ranks (each serves a share of the sequences)")
+    moe_tp: int | None = Field(None, gt=0, description="tensor-parallel degree inside each expert")
+    moe_ep: int | None = Field(None, gt=0, description="expert-parallel degree")
+
+
+class Precision(Strict):
+    """Numeric formats, in aiconfigurator-core's names (absent: the model's published format)."""
+
+    weights: str | None = Field(None, description="dense-layer GEMMs: bfloat16, fp8, fp8_block, nvfp4, int4_wo")
+    moe: str | None = Field(None, description="expert GEMMs: bfloat16, fp8, fp8_block, nvfp4, int4_wo, w4a16_mxfp4")
+    kv_cache: str | None = Field(None, description="KV cache: bfloat16, fp8")
+    attention: str | None = Field(None, description="attention kernels: bfloat16, fp8")
+
+
+class ServingConfig(Strict):
+    max_batch_requests: int = Field(128, gt=0, description="most requests in one running batch (engine name: max_num_seqs)")
+    prefill_chunk_tokens: int = Field(8192, gt=0, description="chunked prefill: token budget per iteration (engine name: max_num_batched_tokens)")
+    engine: Literal["vllm", "sglang", "trtllm"] = Field(
+        "vllm", description="serving engine whose kernels (measured timing) and scheduler (KV admission, preemption) are modelled")
+    engine_version: str | None = Field(None, description="engine version in the timing databases (absent: the newest complete one)")
+    timing: Literal["auto", "measured", "roofline"] = Field(
+        "auto", description="step timing: measured (aiconfigurator-core databases; error if they lack the deployment), "
+                            "roofline, or auto (measured where available, else roofline; the summary says which and why)")
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    precision: Precision = Field(default_factory=Precision)
+    router: str = Field("kv_aware", description="how requests pick an instance: kv_aware (Dynamo), cache_aware (SGLang), "
+                        "session_affinity, least_loaded, round_robin (see `agentsim policies`, docs/routing.md)")
+    router_params: dict[str, Any] = Field(default_factory=dict, description="the router's parameters (its Params; see `agentsim policies`)")
+    sticky_sessions: bool = Field(False, description="send every call of a session to the instance that served its first call")
+    prefill_ahead: PolicyRef = Field(default_factory=lambda: PolicyRef(name="none"),
+                                     description="prefill a session's tool output during the tool gap, ahead of its next call: "
+                                                 "none, or streamed with params chunks, pin, min_tokens (docs/prefill-ahead.md)")
+    # --- engine-style KV admission (agentsim.cluster.serving.kv_admission) -----------------------
+    kv_admission: Literal["vllm", "sglang", "trtllm", "reserve_full"] | None = Field(
+        None, description="KV admission rule; default: the engine's (reserve_full: every prompt and output block reserved at admission, never preempted)")
+    preemption: Literal["recompute", "swap"] = Field("recompute", description="vllm rule: a preempted request's KV is dropped and recomputed, or swapped to the DRAM tier")
+    init_new_token_ratio: float = Field(0.7, gt=0, le=1, description="sglang rule: share of the running requests' remaining output reserved, at start and after a retraction")
+    min_new_token_ratio: float = Field(0.1, gt=0, le=1, description="sglang rule: the share decays to this")
+    new_token_ratio_decay: float = Field(0.001, ge=0, description="sglang rule: decay of the share per decode step")
+    max_num_seqs: int | None = Field(None, gt=0, description="engine name for max_batch_requests (overrides it when set)")
+    max_num_batched_tokens: int | None = Field(None, gt=0, description="engine name for prefill_chunk_tokens (overrides it when set)")
+    disaggregation: DisaggregationConfig | None = Field(
+        None, description="separate prefill and decode pools, KV handed over on the topology's links (absent: aggregated)")
+    long_prefill_token_threshold: int | None = Field(
+        None, gt=0, description="most tokens one prefilling request takes of an iteration's budget while another request "
+                                "is prefilling too, so a short prompt is not held behind a long cold one (vLLM's "
+                                "long_prefill_token_threshold with partial prefills); absent: chunks first come first served")
+
+    @model_validator(mode="after")
+    def _ratios(self):
+        if self.min_new_token_ratio > self.init_new_token_ratio:
+            raise FieldError(("min_new_token_ratio",), f"min_new_token_ratio ({self.min_new_token_ratio:g}) exceeds "
+                             f"init_new_token_ratio ({self.init_new_token_ratio:g})")
+        return self
+
+    def kv_admission_rule(self) -> str:
+        """The KV admission rule in force: ``kv_admission``, else the engine's own."""
+        return self.kv_admission or self.engine
+
+    def batch_requests(self) -> int:
+        """Most requests in one batch (``max_num_seqs`` over ``max_batch_requests``)."""
+        return self.max_num_seqs or self.max_batch_requests
+
+    def batch_tokens(self) -> int:
+        """Token budget per iteration (``max_num_batched_tokens`` over ``prefill_chunk_tokens``)."""
+        return self.max_num_batched_tokens or self.prefill_chunk_tokens
