@@ -79,7 +79,7 @@ def check_lru_vs_policies(conclusions: dict, prose: str) -> None:
         above = sorted(p for p in diff.columns if p != "lru" and diff.loc[capacity, p] > 0)
         assert sorted(conclusions["beats_lru"][capacity]) == above
         if above:
-            assert f"**{capacity} GB**" in prose and f"best `{best}`" in prose
+            assert f"**{capacity} GB**" in prose and f"best `{conclusions['best'][capacity]}`" in prose
             for policy in above:
                 assert f"`{policy}` (" in prose
         else:
