@@ -21,12 +21,8 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subpro
                           cwd=cwd or ROOT, timeout=timeout)
 
 
-@pytest.fixture
-def small_scenario_yaml(tmp_path: Path) -> Path:
-    """A tiny but complete scenario file."""
-    path = tmp_path / "small.yaml"
-    path.write_text(
-        """
+#: A tiny but complete scenario: 8 coding agents on one GB300 instance for 3 simulated minutes.
+SMALL_SCENARIO = """
 name: small
 seed: 7
 duration_s: 3m
@@ -50,5 +46,11 @@ workload:
       subagents: {probability: 0.1, fanout: 2, calls: 3}
 slo: {ttft_s: 2s, tpot_s: 100ms}
 """
-    )
+
+
+@pytest.fixture
+def small_scenario_yaml(tmp_path: Path) -> Path:
+    """A tiny but complete scenario file."""
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL_SCENARIO)
     return path

@@ -13,7 +13,7 @@ from agentsim.engine.loading import load_scenario
 from agentsim.engine.recompute import RecomputeClassifier
 from agentsim.engine.simulation import run_scenario
 from agentsim.metrics.catalogue import format_value
-from tests.conftest import run_cli
+from tests.conftest import SMALL_SCENARIO, run_cli
 
 B = 4  # block tokens of the hand-made caches
 
@@ -71,27 +71,9 @@ def test_classifier_keeps_each_instances_losses_apart():
     assert classifier.classify(_request([30, 31], 0, instance=0))[1] == 2 * B
 
 
-MIXED = """
-name: mixed
-seed: 7
-duration_s: 3m
-hardware: {profile: gb300_nvl72, gpus_per_instance: 4, kv_capacity_bytes: 3GB}
-model: {profile: deepseek_v3}
-cache: {block_tokens: 64, eviction: lru}
-serving: {max_batch_requests: 16, prefill_chunk_tokens: 4096}
-workload:
-  global_system_prompt_tokens: 1000
-  agent_classes:
-    coding:
-      arrival: {kind: population, concurrent: 8, ramp_s: 10s}
-      tools_prefix_tokens: 4000
-      initial_context_tokens: {dist: lognormal, median: 1500, sigma: 0.5, round: true}
-      calls_per_session: {dist: lognormal, median: 10, sigma: 0.5, min: 1, round: true}
-      tool_gap_s: {dist: lognormal, median: 5, sigma: 1.0}
-      human_turn_probability: 0.1
-      human_gap_s: {dist: exponential, mean: 30}
-      appended_tokens: {dist: lognormal, median: 800, sigma: 0.8, round: true}
-      output_tokens: {dist: lognormal, median: 150, sigma: 0.7, min: 1, round: true}
+#: The small scenario with compaction instead of sub-agents, 3 GB of KV and a chat class beside the coding one.
+MIXED = (SMALL_SCENARIO.replace("name: small", "name: mixed").replace("kv_capacity_bytes: 6GB", "kv_capacity_bytes: 3GB")
+         .replace("      subagents: {probability: 0.1, fanout: 2, calls: 3}\n", """\
       compaction: {trigger_tokens: 12000, keep_tokens: 3000}
     chat:
       arrival: {kind: population, concurrent: 6, ramp_s: 10s}
@@ -103,8 +85,7 @@ workload:
       human_gap_s: {dist: exponential, mean: 30}
       appended_tokens: {dist: lognormal, median: 300, sigma: 0.8, round: true}
       output_tokens: {dist: lognormal, median: 300, sigma: 0.7, min: 1, round: true}
-slo: {ttft_s: 2s, tpot_s: 100ms}
-"""
+"""))
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from agentsim.experiments.runs import RunOutcome
 from agentsim.experiments.store import SweepStore
 from agentsim.experiments.sweep import ScenarioBuilder, value_at
 
-from tests.conftest import run_cli
+from tests.conftest import SMALL_SCENARIO, run_cli
 
 
 def builder(path):
@@ -185,30 +185,11 @@ def test_plan_cli_bad_slo_exits_2(small_scenario_yaml):
     assert result.returncode == 2 and "--slo" in result.stderr and "Traceback" not in result.stderr
 
 
-TIERED = """
-name: small-tiered
-seed: 7
-duration_s: 3m
-hardware: {profile: gb300_nvl72, gpus_per_instance: 4, kv_capacity_bytes: 1GB}
-model: {profile: deepseek_v3}
-cache: {block_tokens: 64, eviction: lru, tiers: {dram: {capacity_bytes: 4GB, eviction: lru, write_policy: write_back}}}
-serving: {max_batch_requests: 16, prefill_chunk_tokens: 4096}
-workload:
-  global_system_prompt_tokens: 1000
-  agent_classes:
-    coding:
-      arrival: {kind: population, concurrent: 8, ramp_s: 10s}
-      tools_prefix_tokens: 4000
-      initial_context_tokens: {dist: lognormal, median: 1500, sigma: 0.5, round: true}
-      calls_per_session: {dist: lognormal, median: 10, sigma: 0.5, min: 1, round: true}
-      tool_gap_s: {dist: lognormal, median: 5, sigma: 1.0}
-      human_turn_probability: 0.1
-      human_gap_s: {dist: exponential, mean: 30}
-      appended_tokens: {dist: lognormal, median: 800, sigma: 0.8, round: true}
-      output_tokens: {dist: lognormal, median: 150, sigma: 0.7, min: 1, round: true}
-      subagents: {probability: 0.1, fanout: 2, calls: 3}
-slo: {ttft_s: 2s, tpot_s: 100ms}
-"""
+TIERED = (SMALL_SCENARIO.replace("name: small", "name: small-tiered")
+          .replace("kv_capacity_bytes: 6GB", "kv_capacity_bytes: 1GB")
+          .replace("cache: {block_tokens: 64, eviction: lru}",
+                   "cache: {block_tokens: 64, eviction: lru, tiers: {dram: {capacity_bytes: 4GB, eviction: lru, "
+                   "write_policy: write_back}}}"))
 
 
 def test_plan_prices_memory_below_hbm_and_gives_one_answer(tmp_path):
