@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -93,11 +94,17 @@ class Case:
 CASES: list[Case] = []
 
 
-def case(id: str, *marks):
-    def register(build):
-        CASES.append(Case(id, build, list(marks)))
-        return build
-    return register
+def case_registrar(cases: list[Case]):
+    """``@case(id, *marks)`` appending a case built by the decorated function to ``cases``."""
+    def case(id: str, *marks):
+        def register(build):
+            cases.append(Case(id, build, list(marks)))
+            return build
+        return register
+    return case
+
+
+case = case_registrar(CASES)
 
 
 def _scenario(tmp: Path, text: str, name: str = "bad.yaml") -> Path:
@@ -463,8 +470,11 @@ def _snapshot(root: Path) -> dict[str, bytes]:
     return out
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
-def test_bad_input(case: Case, tmp_path: Path):
+def check_refused(case: Case, tmp_path: Path, in_work_dir: bool = False) -> tuple[Path, float]:
+    """Run ``case`` and check the promise: exit 2, one ``error:`` line holding every expected
+    fragment, no traceback, and nothing in the working directory created, changed or removed
+    (an ``out/`` directory with a note in it is there before). Returns the working directory
+    and the command's wall seconds; ``in_work_dir`` runs the command inside that directory."""
     tmp = tmp_path / "w"
     tmp.mkdir()
     out = tmp / "out"
@@ -472,7 +482,9 @@ def test_bad_input(case: Case, tmp_path: Path):
     (out / "notes.txt").write_text("written before the run; must survive\n")
     argv, fragments = case.build(tmp)
     before = _snapshot(tmp)
-    proc = run_cli(*argv, timeout=120)
+    started = time.perf_counter()
+    proc = run_cli(*argv, timeout=120, cwd=tmp if in_work_dir else None)
+    wall_s = time.perf_counter() - started
     stderr = proc.stderr
     assert proc.returncode == 2, (proc.returncode, stderr, proc.stdout[-500:])
     assert "Traceback" not in stderr and "Traceback" not in proc.stdout, stderr
@@ -483,6 +495,12 @@ def test_bad_input(case: Case, tmp_path: Path):
     for fragment in fragments:
         assert fragment in message, (fragment, message)
     assert _snapshot(tmp) == before, "files were created, changed or removed"
+    return tmp, wall_s
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
+def test_bad_input(case: Case, tmp_path: Path):
+    check_refused(case, tmp_path)
 
 
 def test_catalogue_is_large_enough():

@@ -10,23 +10,17 @@ listed in docs/errors.md.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
-from tests.test_bad_input_catalogue import BASE, Case, _mutated, _run, _scenario, _snapshot, _sweep_file, _sweep_run
+from tests.test_bad_input_catalogue import case_registrar, check_refused, BASE, Case, _mutated, _run, _scenario, _sweep_file, _sweep_run
 
 CASES: list[Case] = []
 MAX_WALL_S = 60.0
 
 
-def case(id: str, *marks):
-    def register(build):
-        CASES.append(Case(id, build, list(marks)))
-        return build
-    return register
+case = case_registrar(CASES)
 
 
 # --- run directories read back by `report` ---------------------------------------------------------
@@ -155,25 +149,6 @@ def _admission_tiers(tmp):
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
 def test_bad_input(case: Case, tmp_path: Path):
-    tmp = tmp_path / "w"
-    tmp.mkdir()
-    out = tmp / "out"
-    out.mkdir()
-    (out / "notes.txt").write_text("written before the run; must survive\n")
-    argv, fragments = case.build(tmp)
-    before = _snapshot(tmp)
-    started = time.perf_counter()
-    proc = run_cli(*argv, timeout=120, cwd=tmp)
-    wall_s = time.perf_counter() - started
-    stderr = proc.stderr
-    assert proc.returncode == 2, (proc.returncode, stderr, proc.stdout[-500:])
-    assert "Traceback" not in stderr and "Traceback" not in proc.stdout, stderr
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    message = lines[0]
-    assert message.startswith("error: "), message
-    for fragment in fragments:
-        assert fragment in message, (fragment, message)
-    assert _snapshot(tmp) == before, "files were created, changed or removed"
+    tmp, wall_s = check_refused(case, tmp_path, in_work_dir=True)
     assert not (tmp / "runs").exists() and not (tmp.parent / "escaped").exists()
     assert wall_s < MAX_WALL_S, f"took {wall_s:.1f} s"
