@@ -119,6 +119,22 @@ def test_exclusive_dram_under_pressure_with_demote(eviction):
                                     "write_policy": "write_back"}, disk, seed=seed, on_tool_call="demote"))
 
 
+@pytest.mark.parametrize("prefetch,on_tool_call", [("none", "keep"), ("none", "demote"), ("wait_complete", "keep")])
+def test_exclusive_dram_over_inclusive_disk_keeps_one_copy(prefetch, on_tool_call):
+    """Regression, the hypothesis space's failing case (lru HBM 0.3GB, exclusive DRAM 0.3GB,
+    inclusive disk 1GB, 3 agents, seed 64), once per way a block reached two tiers: an HBM
+    victim loaded from the disk demoted into DRAM too ("during kv_arrived"), the tool-gap swap
+    of such a block, and a prefetch's staged DRAM copy beside the disk's."""
+    data = _regression("lru", {"capacity_bytes": "0.3GB", "eviction": "lru", "inclusive": False,
+                               "write_policy": "write_back"},
+                       {"capacity_bytes": "1GB", "eviction": "lru", "inclusive": True}, seed=64,
+                       on_tool_call=on_tool_call, prefetch={"policy": prefetch})
+    data["hardware"].update(instances=1, kv_capacity_bytes="0.3GB")
+    data["workload"]["agent_classes"]["coding"]["arrival"]["concurrent"] = 3
+    data["duration_s"] = 8
+    _run(data)
+
+
 def _run(data: dict) -> None:
     scenario = scenario_from_dict(data, source="<invariant-space>")
     summary = run_scenario(scenario).summary

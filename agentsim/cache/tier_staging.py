@@ -65,6 +65,15 @@ class TierStaging:
             self._write_through(node, nxt, now_s)
         return True
 
+    def _held_elsewhere(self, node: TNode, t: int, leaving: int) -> bool:
+        """Whether exclusive tier ``t`` must not take a copy of ``node`` as it leaves tier
+        ``leaving``: another tier keeps one, a tier above (a DRAM victim HBM still holds) or
+        below (an HBM victim loaded from an inclusive disk, which kept its copy). Copying would
+        leave the block in two tiers; it stays where the other copy is, so no KV is lost."""
+        if self.tiers[t].inclusive:
+            return False
+        return any(entry is not None for s, entry in enumerate(node.entries) if s != leaving and s != t)
+
     def _write_through(self, node: TNode, t: int, now_s: float) -> None:
         parent = node.parent
         if parent.parent is not None and parent.entries[t] is None:
@@ -304,7 +313,7 @@ class TierStaging:
             if entry is None or not hbm.is_evictable(entry):
                 break
             n = len(node.keys)
-            if node.entries[1] is None:
+            if node.entries[1] is None and not self._held_elsewhere(node, 1, 0):
                 if not self._write(node, 1, now_s):
                     break
                 self.demoted_blocks[1] += n
