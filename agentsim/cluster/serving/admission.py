@@ -228,7 +228,11 @@ class TieredAdmission(Admission):
                 self._reject(req, now)
                 continue
             if not self._admit_one(req, total_blocks, now, index=i):
-                return KV
+                # An idle instance must not wait for HBM that only the pins of prefetches queued
+                # behind this request hold (nothing would release them): end those, try again.
+                if (host.batch.running or host.loading or host.prefetcher is None
+                        or not host.prefetcher.release_others(req)):
+                    return KV
         if i < len(waiting):
             return SLOT
         return LOAD if waiting else STEP

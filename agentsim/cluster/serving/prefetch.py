@@ -122,6 +122,20 @@ class Prefetcher:
             self.host.cache.end_prefetch(pf.pin)
         return pf
 
+    def release_others(self, req: LLMRequest) -> bool:
+        """Stop every prefetch but ``req``'s and release its pins (the staged copies stay where
+        the tiers' rules leave them); the requests stay queued, now ready. For an idle instance
+        whose head request cannot get HBM room: the pins of prefetches waiting behind it hold
+        HBM copies that nothing else would ever free. Returns whether any pin was released."""
+        released = False
+        cache = self.host.cache
+        for request_id, pf in self._prefetches.items():
+            if request_id != req.request_id and not pf.pin.released:
+                pf.stopped = pf.finished = True
+                cache.end_prefetch(pf.pin)
+                released = True
+        return released
+
     def _wake_at(self, at_s: float):
         env = self.host.env
         yield env.timeout(max(0.0, at_s - env.now))
