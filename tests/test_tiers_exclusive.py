@@ -66,7 +66,7 @@ def test_a_block_only_hbm_holds_is_still_demoted_into_exclusive_dram():
 def test_a_block_prefetched_into_exclusive_dram_keeps_one_copy_once_the_prefetch_ends():
     """Staging from the inclusive disk copies into the exclusive DRAM tier; the two copies may
     coexist only while the prefetch pins the staged one, which goes with the pin."""
-    cache, _ = exclusive_dram_over_inclusive_disk(hbm=40)
+    cache, transfers = exclusive_dram_over_inclusive_disk(hbm=40)
     a = seq(0, 20)
     serve(cache, a, 1.0)
     node = cache.match(a, 1.0, touch=False).node
@@ -75,7 +75,9 @@ def test_a_block_prefetched_into_exclusive_dram_keeps_one_copy_once_the_prefetch
     assert [e is not None for e in node.entries] == [False, False, True]
     pin = cache.begin_prefetch(node)
     assert cache.next_to_stage(pin) == (node, 2)
+    before = len(transfers)
     assert cache.stage_prefetched(pin, node, 20, 3.0) == 20
+    assert transfers[before:] == [], "the prefetcher moved the bytes: staging reports no copy down"
     assert [e is not None for e in node.entries] == [False, True, True]
     cache.check_invariants()                          # the staged copy is pinned: allowed
     cache.end_prefetch(pin)

@@ -32,8 +32,10 @@ class TierStaging:
     :class:`~agentsim.cache.tiers.TieredCache`."""
 
     # --- copies down (write policies) ---------------------------------------------------------
-    def _write(self, node: TNode, t: int, now_s: float) -> bool:
-        """Copy ``node`` into lower tier ``t`` (evicting there as needed). False if no room."""
+    def _write(self, node: TNode, t: int, now_s: float, report: bool = True) -> bool:
+        """Copy ``node`` into lower tier ``t`` (evicting there as needed). False if no room.
+        ``report``: tell ``on_transfer`` of the copy from tier ``t - 1`` (a copy down); a
+        prefetch's staging moved its bytes over the staging path itself."""
         tier = self.tiers[t]
         n = len(node.keys)
         if n > tier.capacity_blocks:
@@ -58,7 +60,7 @@ class TierStaging:
                 return False
         tier.used_blocks += n
         self._enter(node, t, now_s)
-        if self.on_transfer is not None:
+        if report and self.on_transfer is not None:
             self.on_transfer(self.tiers[t - 1].name, tier.name, n)
         nxt = t + 1
         if nxt < self.n_tiers and self.tiers[nxt].write_policy == "write_through" and node.entries[nxt] is None:
@@ -196,12 +198,13 @@ class TierStaging:
         return freed
 
     def stage(self, node: TNode, t: int, now_s: float) -> bool:
-        """Copy ``node`` from a lower tier into tier ``t`` (prefetch staging into DRAM)."""
+        """Copy ``node`` from a lower tier into tier ``t`` (prefetch staging into the host tier;
+        the caller moved the bytes, so no copy down is reported)."""
         if node.entries[t] is not None:
             return True
         if not node.alive:
             return False
-        ok = self._write(node, t, now_s)
+        ok = self._write(node, t, now_s, report=False)
         if ok:
             for s in range(t + 1, self.n_tiers):
                 entry = node.entries[s]
