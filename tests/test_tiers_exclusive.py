@@ -13,7 +13,7 @@ from tests.test_tiers import seq, serve
 def exclusive_dram_over_inclusive_disk(hbm=20, dram=20, disk=100):
     transfers = []
     lru = EVICTION_POLICIES.get("lru")
-    lower = [TierSpec("dram", dram, lru(), "write_back", inclusive=False),
+    lower = [TierSpec("dram", dram, lru(), "write_back", inclusive=False, host=True),
              TierSpec("disk", disk, lru(), "write_back", inclusive=True)]
     cache = TieredCache(hbm, lru(), lower, on_transfer=lambda src, dst, n: transfers.append((src, dst, n)))
     return cache, transfers

@@ -61,6 +61,8 @@ class TieredCache(TierStaging):
                                    spec.write_through_hits, spec.inclusive))
         for tier in self.tiers:
             self.root.entries[tier.index] = tier.root_entry
+        #: Index of the host tier (``TierSpec.host``), which prefetches stage into; None if none.
+        self.staging_tier: int | None = next((i for i, spec in enumerate(lower, start=1) if spec.host), None)
         self.on_transfer = on_transfer
         self.policy = policy
         self.dropped_blocks = 0          # blocks that left the tree (resident nowhere)
