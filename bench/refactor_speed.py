@@ -1,19 +1,21 @@
-"""Benchmark: this checkout's simulation speed against the code from before the architecture
-refactor (serving collaborators, tier kinds as data, the tiered-cache split), in one run.
+"""Benchmark: the architecture refactor (issue 16) costs no simulation speed, measured step
+by step in one run.
 
-The reference is the commit :data:`BASELINE` (the last one on ``main`` before the refactor's
-first merge), extracted with ``git archive`` into a temporary directory and run with this
-checkout's environment, as ``bench/reference_runs.py --src`` does. Each scenario runs as its
-own process, alternately under the old and the new code so that both see the same machine load,
-each side with its own scenario file. The figure is CPU seconds (user + system of the child) per
-simulated request, best of ``--repeat``, since the two versions do not simulate exactly the
-same requests (features landed since: engine-style KV admission, the recompute record, ...);
-the event loop's own rate (``simulated_requests_per_wall_s``) is in the note. Target: no
-slower than the reference, with 10% for the noise of a shared machine.
+Each step of the refactor is a pair of commits on ``main`` (:data:`STEPS`: the merge and its
+first parent, or the branch point and this checkout for the host-tier step); both are extracted
+with ``git archive`` into a temporary directory and run with this checkout's environment, as
+``bench/reference_runs.py --src`` does. Each scenario runs as its own process, alternately
+before and after so that both see the same machine load, each side with its own scenario file.
+The figure is CPU seconds (user + system of the child) per simulated request, best of
+``--repeat`` (whole process: start-up included); the event loop's own rate
+(``simulated_requests_per_wall_s``) is in the note. Target per step: no slower, with 10% for
+the noise of a shared machine. A last, informational row compares this checkout with the code
+from before the refactor: features that landed since (engine-style KV admission as the default,
+KV events for the routers, ...) change what is simulated, so it has no target.
 
-Skipped with a note when git or the baseline commit is not available (an sdist, a shallow clone).
+Skipped with a note when git or a commit is not available (an sdist, a shallow clone).
 
-    .venv/bin/python bench/refactor_speed.py [--repeat 3] [--baseline COMMIT]
+    .venv/bin/python bench/refactor_speed.py [--repeat 3] [--only default,tiers]
 """
 
 from __future__ import annotations
@@ -30,26 +32,37 @@ from pathlib import Path
 
 from _common import AGENTSIM_PYTHON, ROOT, Row, print_table
 
-#: ``Merge branch 'work/22'``: main right before "Merge the architecture refactor".
-BASELINE = "760c142"
-CLI = "import sys; from agentsim.cli import main; sys.exit(main())"
-#: (row label, scenario file relative to a checkout, --set overrides)
-SCENARIOS = [
-    ("default scenario (coding-agents)", "scenarios/coding-agents.yaml", []),
-    ("GB300 tiers, 18 instances, 3 min", "scenarios/gb300-nvl72-tiers.yaml", ["duration_s=3m"]),
+#: (step, before, after): commits of ``main``; None is this checkout.
+STEPS = [
+    ("config layering, metric catalogue, registries, tiered-cache split", "760c142", "e1149d3"),
+    ("serving split into collaborators", "e1149d3", "2a8c3c9"),
+    ("tier kinds as data under hardware/", "4cf8c5d", "bed8810"),
+    ("long-form per-tier hit records", "8ce0424", "ab92703"),
+    ("host tier as a tier-kind flag (this checkout)", "d5a5ff0", None),
 ]
+#: This checkout against the code from before the refactor (informational).
+BEFORE_REFACTOR = "760c142"
+CLI = "import sys; from agentsim.cli import main; sys.exit(main())"
+#: name -> (scenario file relative to a checkout, --set overrides)
+SCENARIOS = {
+    "default": ("scenarios/coding-agents.yaml", []),
+    "tiers": ("scenarios/gb300-nvl72-tiers.yaml", ["duration_s=2m"]),
+}
 TOLERANCE = 1.10
 
 
 def extract(commit: str, into: Path) -> Path | None:
-    """``git archive`` of ``commit`` unpacked under ``into``; None if git or the commit is missing."""
-    archive = into / "baseline.tar"
+    """``git archive`` of ``commit`` unpacked under ``into`` (once); None if git or the commit
+    is missing."""
+    target = into / commit
+    if target.exists():
+        return target
+    archive = into / f"{commit}.tar"
     try:
         with open(archive, "wb") as out:
             subprocess.run(["git", "archive", commit], cwd=ROOT, stdout=out, stderr=subprocess.PIPE, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None
-    target = into / "baseline"
     with tarfile.open(archive) as tar:
         tar.extractall(target, filter="data")
     return target
@@ -69,39 +82,53 @@ def timed_run(src: Path, scenario: str, overrides: list[str], out: Path) -> tupl
     return cpu, json.loads((out / "summary.json").read_text())
 
 
-def rows(repeat: int = 3, baseline: str = BASELINE) -> list[Row]:
+def compare(before: Path, after: Path, scenario: str, repeat: int, tmp: Path) -> tuple[float, dict, float, dict]:
+    """(CPU s per request, summary) after, then before: best of ``repeat``, alternating."""
+    path, overrides = SCENARIOS[scenario]
+    best = {"after": (float("inf"), {}), "before": (float("inf"), {})}
+    for _ in range(max(1, repeat)):
+        for side, src in (("before", before), ("after", after)):
+            cpu, summary = timed_run(src, path, overrides, tmp / f"run-{side}")
+            per_request = cpu / max(1, summary["requests"])
+            if per_request < best[side][0]:
+                best[side] = (per_request, summary)
+    return (*best["after"], *best["before"])
+
+
+def _row(label: str, scenario: str, measured, repeat: int, target) -> Row:
+    after_s, after, before_s, before = measured
+    return Row(f"{label} [{scenario}]: sim CPU per request", f"{after_s * 1e3:.3f} ms", f"{before_s * 1e3:.3f} ms",
+               after_s / before_s, target,
+               f"best of {max(1, repeat)}; {after['requests']:,} vs {before['requests']:,} requests; event loop "
+               f"{after['simulated_requests_per_wall_s']:,.0f} vs {before['simulated_requests_per_wall_s']:,.0f} req/s")
+
+
+def rows(repeat: int = 3, only: list[str] | None = None) -> list[Row]:
+    scenarios = only or list(SCENARIOS)
+    out = []
     with tempfile.TemporaryDirectory(prefix="agentsim-refactor-bench-") as tmp:
         tmp_path = Path(tmp)
-        old = extract(baseline, tmp_path)
-        if old is None:
-            return [Row("sim CPU per request vs pre-refactor code", "-", "-", None, None,
-                        f"skipped: commit {baseline} not available here (needs the git repository)")]
-        out = []
-        for label, scenario, overrides in SCENARIOS:
-            best = {"new": (float("inf"), None), "old": (float("inf"), None)}
-            for _ in range(max(1, repeat)):
-                for side, src in (("old", old), ("new", ROOT)):
-                    cpu, summary = timed_run(src, scenario, overrides, tmp_path / f"run-{side}")
-                    per_request = cpu / max(1, summary["requests"])
-                    if per_request < best[side][0]:
-                        best[side] = (per_request, summary)
-            (new_s, new_summary), (old_s, old_summary) = best["new"], best["old"]
-            out.append(Row(f"sim CPU per request vs pre-refactor code: {label}", f"{new_s * 1e3:.3f} ms",
-                           f"{old_s * 1e3:.3f} ms", new_s / old_s, ("<=", TOLERANCE),
-                           f"whole process, best of {max(1, repeat)}; {new_summary['requests']:,} vs "
-                           f"{old_summary['requests']:,} requests; event loop "
-                           f"{new_summary['simulated_requests_per_wall_s']:,.0f} vs "
-                           f"{old_summary['simulated_requests_per_wall_s']:,.0f} req/s (reference: {baseline})"))
-        return out
+        steps = STEPS + [("this checkout vs before the refactor", BEFORE_REFACTOR, None)]
+        for label, before_commit, after_commit in steps:
+            before = extract(before_commit, tmp_path)
+            after = ROOT if after_commit is None else extract(after_commit, tmp_path)
+            if before is None or after is None:
+                out.append(Row(f"{label}: sim CPU per request", "-", "-", None, None,
+                               "skipped: the commits are not available here (needs the git repository)"))
+                continue
+            target = None if label.startswith("this checkout vs") else ("<=", TOLERANCE)
+            for scenario in scenarios:
+                out.append(_row(label, scenario, compare(before, after, scenario, repeat, tmp_path), repeat, target))
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--baseline", default=BASELINE, help="commit of the reference code")
+    parser.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated scenarios: " + ", ".join(SCENARIOS))
     args = parser.parse_args()
     started = time.perf_counter()
-    print_table(rows(args.repeat, args.baseline))
+    print_table(rows(args.repeat, [s.strip() for s in args.only.split(",") if s.strip()]))
     print(f"({time.perf_counter() - started:.0f} s)")
 
 

@@ -5,7 +5,8 @@ Sections: cache-only replay and the hit-ratio curve (replay.py), timed simulatio
 (bench_simulation.py), whole-process start-up of the command line (cli_start.py), whole-process comparison with Dynamo's offline replay (vs_dynamo.py,
 skipped with a note when ``.peers/dynamo`` is absent), the GB300 NVL72 rack hour
 (bench_rack.py), memory per request and CPU per request from one rack to four and from ten
-minutes to a day (bench_scale.py). The sweep speed-up (bench/sweep.py) is separate (it measures the machine's
+minutes to a day (bench_scale.py), and the architecture refactor's steps, each against the code
+before it (refactor_speed.py). The sweep speed-up (bench/sweep.py) is separate (it measures the machine's
 parallelism as much as agentsim's). Progress goes to stderr; the table to stdout.
 
     .venv/bin/python bench/run_all.py [--repeat 3] [--only replay,simulation,dynamo,rack] [--quick]
@@ -19,7 +20,7 @@ import time
 
 from _common import Row, print_table
 
-SECTIONS = ("replay", "cli", "simulation", "dynamo", "rack", "scale")
+SECTIONS = ("replay", "cli", "simulation", "dynamo", "rack", "scale", "refactor")
 
 
 def main() -> None:
@@ -51,6 +52,9 @@ def main() -> None:
         elif section == "scale":
             import bench_scale
             rows += bench_scale.rows()
+        elif section == "refactor":
+            import refactor_speed
+            rows += refactor_speed.rows(args.repeat)
         else:
             parser.error(f"unknown section {section!r}; known: {', '.join(SECTIONS)}")
         print(f"[bench] {section} done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
