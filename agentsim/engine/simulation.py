@@ -386,7 +386,9 @@ class Simulation:
             "timing_source": self.timing.source,
             "timing_reason": self.timing.reason,
             "timing_deployment": self.timing.deployment,
-            "deployment": deployment_summary(scenario, self.instances, self.timing),
+            "deployment": deployment_summary(scenario, self.instances, self.timing, pool_timings=(
+                {role: timer for role, (_cost, timer) in self.disaggregated.timers.items()}
+                if self.disaggregated is not None else None)),
             "simulated_s": simulated_s,
             "wall_s": wall_s,
             "simulated_requests_per_wall_s": len(requests) / wall_s if wall_s > 0 else math.inf,
