@@ -255,6 +255,7 @@ class Simulation:
             preempted_recompute_tokens=request.preempted_recompute_tokens,
             queue_slot_s=request.queue_slot_s, queue_kv_s=request.queue_kv_s, queue_load_s=request.queue_load_s,
             queue_step_s=request.queue_step_s, queue_chunk_s=request.queue_chunk_s,
+            requeue_wait_s=request.requeue_wait_s,
             prefill_worker=request.prefill_worker, decode_hit_tokens=request.decode_hit_tokens,
             kv_transfer_bytes=request.kv_transfer_bytes, decode_queue_s=request.decode_queue_s,
             kv_transfer_s=request.kv_transfer_s,
