@@ -28,7 +28,7 @@ def summary_table(summary: dict, title: str = "summary") -> Table:
     if deployment:
         table.add_section()
     for label, text in summary_rows(summary, hidden=()):
-        table.add_row("[bold yellow]TTL warning[/]" if label == "TTL warning" else label, text)
+        table.add_row(f"[bold yellow]{label}[/]" if label in ("TTL warning", "KV warning") else label, text)
     if isinstance(summary.get("link_kinds"), dict):
         for kind, stats in summary["link_kinds"].items():
             table.add_row(f"link {kind}", f"{format_value(stats['bytes'], 'bytes')}, "

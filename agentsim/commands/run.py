@@ -86,8 +86,9 @@ def register(app: typer.Typer) -> None:
             target.commit()
         ttl_warned = any("TTL" in note for note in warned)  # said before the run: not again
         for note in result_warnings(result.summary):
-            if not (ttl_warned and note == result.summary.get("ttl_warning")):
-                sys.stderr.write(f"warning: {note}\n")
+            if note in warned or (ttl_warned and note == result.summary.get("ttl_warning")):
+                continue
+            sys.stderr.write(f"warning: {note}\n")
         if not quiet:
             console.print(summary_table(result.summary, title=f"{scenario.name} (seed {scenario.seed})"))
             by_class = agent_class_table(result.summary)

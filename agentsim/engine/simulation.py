@@ -22,6 +22,7 @@ from agentsim.cluster.routers import make_router
 from agentsim.engine.disaggregated import DisaggregatedCluster
 from agentsim.engine.hierarchy import Hierarchy, load_breakdown
 from agentsim.engine.agents import AgentDriver
+from agentsim.engine.run_warnings import kv_capacity_warning
 from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecord, TierHitRecord, with_tier_hit_columns
 from agentsim.engine.economics import economics_summary
 from agentsim.metrics.summary import summarize_requests
@@ -406,6 +407,8 @@ class Simulation:
             # A trace replay has no tool gaps whose output could stream in ahead of the call.
             summary["prefill_ahead"] = f"{scenario.serving.prefill_ahead.name} (not applied: the workload has no agent tool gaps)"
         summary["recomputed_tokens_evicted_by_tier"] = dict(self.recompute.evicted_by_tier_tokens)
+        # Too little KV for one request at the context limit (a trace's prompts have no such limit).
+        summary["kv_capacity_warning"] = kv_capacity_warning(scenario) if isinstance(self.driver, AgentDriver) else None
         summary["recompute_record_bytes"] = self.recompute.state_bytes()
         tables = {"requests": requests, "occupancy": occupancy}
         if self.hierarchy is not None:

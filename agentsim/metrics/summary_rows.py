@@ -39,7 +39,7 @@ def _breakdown_text(values: dict, unit: str) -> str:
 
 def summary_rows(summary: dict, hidden: tuple[str, ...] = HIDDEN) -> list[tuple[str, str]]:
     """(label, text) of every catalogued metric present in ``summary`` (main table, then the
-    memory-hierarchy rows), the breakdowns of :data:`BREAKDOWNS`, and the TTL warning. Values
+    memory-hierarchy rows), the breakdowns of :data:`BREAKDOWNS`, and the TTL and KV-capacity warnings. Values
     are formatted by :func:`~agentsim.metrics.catalogue.format_value` in their catalogue unit."""
     rows = []
     for key, label in table_rows("summary") + table_rows("hierarchy"):
@@ -53,6 +53,8 @@ def summary_rows(summary: dict, hidden: tuple[str, ...] = HIDDEN) -> list[tuple[
             rows.append((label, _breakdown_text(values, unit)))
     if summary.get("ttl_warning"):
         rows.append(("TTL warning", str(summary["ttl_warning"])))
+    if summary.get("kv_capacity_warning"):
+        rows.append(("KV warning", str(summary["kv_capacity_warning"])))
     return rows
 
 
