@@ -65,12 +65,12 @@ def register(app: typer.Typer) -> None:
         scenario = load_scenario(scenario_file, overrides, seed)
         out_dir = out or Path("runs") / scenario.name
         warned = scenario_warnings(scenario)
-        for note in warned:
-            sys.stderr.write(f"warning: {note}\n")
         stop = StopRequest()
         # --out is checked, locked and staged before the simulation: a read-only or busy
         # directory is found at once, and the results replace it whole (run_directory).
         with StagedDirectory(out_dir, force) as target:
+            for note in warned:   # after --out is accepted: a refused run prints only its error
+                sys.stderr.write(f"warning: {note}\n")
             with stop_on_signals(stop) as caught:
                 if not quiet:
                     sys.stderr.write(f"simulating {scenario.name}: {scenario.duration_s:g} simulated s "
