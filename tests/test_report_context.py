@@ -185,3 +185,23 @@ axes:
     assert _header(deployment) == ["", "every cell"]
     assert dict(_rows(deployment))["KV capacity"] == "6 GB HBM"
     assert "By agent class" not in page     # one class: nothing to split
+
+
+def test_cli_sweep_tables_print_times_in_their_units():
+    import pandas as pd
+    from rich.console import Console
+
+    from agentsim.commands.sweep import paired_tables, stats_tables
+
+    stats = pd.DataFrame([{"cell_index": i, "metric": m, "mean": v, "ci_half_width": h}
+                          for i in (0, 1) for m, v, h in (("ttft_p99_s", 0.04551 * (i + 1), 0.0021),
+                                                           ("hit_ratio", 0.878, 0.01))])
+    paired = pd.DataFrame([{"cell_index": 1, "baseline_index": 0, "metric": "ttft_p99_s", "mean_diff": 0.04551,
+                            "ci_low": -0.002, "ci_high": 0.09, "significant": False}])
+    console = Console(width=120, record=True, file=open("/dev/null", "w"))
+    for table in [*stats_tables(stats, ["ttft_p99_s", "hit_ratio"], "t", width=120),
+                  *paired_tables(paired, ["ttft_p99_s"], width=120)]:
+        console.print(table)
+    text = console.export_text()
+    assert "45.5 ms ± 2.1 ms" in text and "91 ms ± 2.1 ms" in text and "0.878 ± 0.01" in text
+    assert "+45.5 ms [-2 ms, +90 ms]" in text
