@@ -119,22 +119,31 @@ def test_exclusive_dram_under_pressure_with_demote(eviction):
                                     "write_policy": "write_back"}, disk, seed=seed, on_tool_call="demote"))
 
 
+def test_exclusive_dram_takes_no_copy_of_a_block_an_inclusive_disk_holds():
+    """Regression: an HBM victim already on an inclusive disk tier (it had been loaded back
+    from there) was demoted into the exclusive DRAM tier as well, leaving DRAM and disk both
+    holding it (lru HBM 0.3GB, exclusive DRAM 0.3GB, inclusive disk 1GB, 3 agents, seed 0)."""
+    data = _regression("lru", {"capacity_bytes": "0.3GB", "eviction": "lru", "inclusive": False,
+                               "write_policy": "write_back"},
+                       {"capacity_bytes": "1GB", "eviction": "lru", "inclusive": True}, seed=0)
+    data["hardware"].update(instances=1, kv_capacity_bytes="0.3GB")
+    data["workload"]["agent_classes"]["coding"]["arrival"]["concurrent"] = 3
+    data["duration_s"], data["serving"]["max_batch_requests"] = 8, 2
+    _run(data)
+
+
 def _run(data: dict) -> None:
     scenario = scenario_from_dict(data, source="<invariant-space>")
     summary = run_scenario(scenario).summary
     assert summary["requests"] > 0, "the scenario must exercise the cache"
 
 
-@pytest.mark.xfail(strict=False, reason="open bug: an exclusive DRAM tier under the default on-demand KV admission "
-                   "(lru HBM 0.3GB, exclusive DRAM 0.3GB, inclusive disk 1GB, 3 agents, seed 0) leaves a node "
-                   "resident in the exclusive tier and another tier")
 @settings(max_examples=CI_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=scenarios())
 def test_invariants_hold_across_policies_and_tiers(data):
     _run(data)
 
 
-@pytest.mark.xfail(strict=False, reason='open bug: exclusive DRAM tier under on-demand KV admission leaves a node resident in two tiers')
 @pytest.mark.slow
 @settings(max_examples=SLOW_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=scenarios())

@@ -304,7 +304,8 @@ class TierStaging:
             if entry is None or not hbm.is_evictable(entry):
                 break
             n = len(node.keys)
-            if node.entries[1] is None:
+            # An exclusive tier 1 takes no copy of a block a lower tier already holds (it is safe there).
+            if node.entries[1] is None and (self.tiers[1].inclusive or self._held_only_by(node, 0)):
                 if not self._write(node, 1, now_s):
                     break
                 self.demoted_blocks[1] += n

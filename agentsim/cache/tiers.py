@@ -296,10 +296,11 @@ class TieredCache(TierStaging):
             self._split(node, len(node.keys) - n_blocks)
         t = self.tiers[tier]
         nxt = tier + 1
-        # An exclusive tier takes a demoted block only if no tier above still holds it (a DRAM
-        # victim that HBM still holds is not copied down: that would be two copies).
+        # An exclusive tier takes a demoted block only if no other tier still holds it: not a tier
+        # above (a DRAM victim that HBM still holds) and not one below (an HBM victim that an
+        # inclusive disk tier already holds is safe there); a copy would make two.
         demote = (nxt < self.n_tiers and node.entries[nxt] is None and self.tiers[nxt].write_policy == "write_back"
-                  and (self.tiers[nxt].inclusive or all(node.entries[s] is None for s in range(tier))))
+                  and (self.tiers[nxt].inclusive or self._held_only_by(node, tier)))
         if demote:
             if self._write(node, nxt, now_s):
                 self.demoted_blocks[nxt] += len(node.keys)
@@ -314,6 +315,11 @@ class TieredCache(TierStaging):
                 t.policy.on_candidate(parent.entries[0])
         if self.merge_runs:
             self._merge_around(node)
+
+    @staticmethod
+    def _held_only_by(node: TNode, tier: int) -> bool:
+        """Whether no tier but ``tier`` holds ``node``'s blocks."""
+        return all(entry is None for s, entry in enumerate(node.entries) if s != tier)
 
     def _leave(self, node: TNode, t: int, reason: str) -> None:
         tier = self.tiers[t]
