@@ -111,7 +111,9 @@ class ServingInstance:
                            "shared_store_hit_blocks": 0}
         if self.tiered and tiers_config is not None and links is not None:
             names = [tier.name for tier in cache.tiers]
-            if tiers_config.prefetch.policy != "none" and len(names) > 2 and names[1] == "dram":
+            # Prefetch stages the hits of tiers below the host tier into it: it needs both.
+            staging = cache.staging_tier
+            if tiers_config.prefetch.policy != "none" and staging is not None and len(names) > staging + 1:
                 self.prefetcher = Prefetcher(self, tiers_config.prefetch)
             demote = tiers_config.on_tool_call == "demote" and len(names) > 1
             return_prefetch = bool(tiers_config.prefetch_before_return) and len(names) > 1
@@ -121,8 +123,9 @@ class ServingInstance:
         # Engine-style KV admission: the rule, on-demand growth of decoding requests' blocks
         # and preemption (see kv_admission and kv_growth).
         self.kv_rule = kv_rule if kv_rule is not None else VllmOnDemand(None, block_tokens)
-        self.swap_preemption = (preemption == "swap" and self.tiered and len(cache.tiers) > 1
-                                and cache.tiers[1].name == "dram")
+        # Swap preemption moves a request's KV into the host tier (the first below HBM, where
+        # swap_out_path writes), and needs one.
+        self.swap_preemption = preemption == "swap" and self.tiered and cache.staging_tier == 1
         self.kv_stats = dict.fromkeys(KV_STATS, 0)
         self.growth = KvGrowth(self) if self.kv_rule.grows else None
         if self.growth is not None:
