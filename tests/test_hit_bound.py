@@ -84,8 +84,8 @@ def relaxation_optimum_by_lp(prompts, totals, capacity) -> int:
     """The relaxation's optimum by linear programming (an independent solver): one variable
     per prompt reference whose previous reference (of any kind) is an earlier request ``i``,
     holding the block across the boundaries after requests i+1 .. k-1, where it is not one of
-    that request's own blocks; at the boundary after request m at most ``capacity - min(|total
-    m|, capacity)`` such blocks. Interval constraint matrices are totally unimodular, so the LP
+    that request's own blocks (a request keeps only its first ``capacity`` blocks); at the
+    boundary after request m at most ``capacity - min(|total m|, capacity)`` such blocks. Interval constraint matrices are totally unimodular, so the LP
     optimum is integral."""
     last: dict[int, int] = {}
     intervals = []
@@ -93,8 +93,10 @@ def relaxation_optimum_by_lp(prompts, totals, capacity) -> int:
         for key in prompt:
             if key in last:
                 intervals.append((last[key] + 1, k - 1))
-        for key in total:
+        for key in total[:capacity]:
             last[key] = k
+        for key in total[capacity:]:  # deeper than the cache: not resident after request k
+            last.pop(key, None)
     if not intervals:
         return 0
     load = np.zeros((len(prompts), len(intervals)))

@@ -9,9 +9,9 @@ policy can exceed, online or offline, under the replay semantics of
 
 **The relaxation.** Request ``j`` *references* the blocks of its prompt (half-step ``2j``) and of
 its total, prompt plus output (half-step ``2j + 1``). A hit is a prompt reference to a block held
-since that block's previous reference. After request ``j`` its own ``f_j = min(|total_j|, C)``
-blocks are resident (the cache commits them), so at most ``C - f_j`` *other* blocks are held
-across that boundary. Any prefix position, any subset of blocks and bypass (not keeping a block
+since that block's previous reference. After request ``j`` its own first ``f_j = min(|total_j|,
+C)`` blocks are resident (the cache commits them) and its deeper ones are not, so at most
+``C - f_j`` *other* blocks are held across that boundary. Any prefix position, any subset of blocks and bypass (not keeping a block
 past the request that brought it) are allowed.
 
 **Why it bounds every policy (proof sketch).** Let ``S_j`` be the blocks resident after request
@@ -27,8 +27,9 @@ blocks of ``S_j`` outside request ``j``'s ``f_j``: at most ``C - f_j``. The hits
 (TTL, pins, admission filters, tree modes, an offline policy such as ``belady``) are such a
 family, and the bound is the size of the largest family. Prefix contiguity, the leaf rule and
 the forced commit of blocks never used again only remove families, so they cannot raise a
-policy above it. (Blocks of a request beyond ``C`` are treated as resident too, which only
-relaxes further.)
+policy above it. A request longer than the cache keeps only its first ``C`` blocks, so its
+deeper blocks are not resident after it: their intervals end there (a hit on them would need a
+matched prefix longer than the cache).
 
 **Why the sweep finds the largest family.** Choosing the most unit intervals with at most
 ``C - f_j`` through every point ``j`` is solved exactly by a left-to-right sweep that, wherever
@@ -75,13 +76,10 @@ class HitBound:
         return self.hit_blocks / self.requested_blocks if self.requested_blocks else 0.0
 
 
-def _group_occurrences(prompts: Sequence[Sequence[int]], totals: Sequence[Sequence[int]]):
-    """(group weight per slot, half-step of each occurrence, slot of each occurrence, half-step of
-    the slot's next occurrence or -1), occurrences sorted by half-step."""
-    sequences: list[Sequence[int]] = []
-    for prompt, total in zip(prompts, totals):
-        sequences.append(prompt)
-        sequences.append(total)
+def _group_occurrences(sequences: list[Sequence[int]], stride: int):
+    """(group weight per slot, step of each occurrence, slot of each occurrence, step of the
+    slot's next occurrence in a *later* request or -1), occurrences sorted by step.
+    ``sequences[stride * j + m]`` is request ``j``'s ``m``-th key sequence (its step)."""
     slot_of, bounds, positions = build_index(sequences)
     bounds_np = np.asarray(bounds, dtype=np.int64)
     slots = len(bounds_np) - 1
@@ -89,12 +87,21 @@ def _group_occurrences(prompts: Sequence[Sequence[int]], totals: Sequence[Sequen
         weight = np.ones(slots, dtype=np.int64)
     else:
         weight = np.bincount(np.fromiter(slot_of.values(), dtype=np.int64, count=len(slot_of)), minlength=slots)
-    pos = np.asarray(positions, dtype=np.int64)
+    pos = np.asarray(positions, dtype=np.int64)  # ascending within each slot
     slot = np.repeat(np.arange(slots, dtype=np.int64), np.diff(bounds_np))
-    following = np.full(len(pos), -1, dtype=np.int64)
+    request = pos // stride
+    # Occurrences of one slot in one request form a run; each takes the step that follows the
+    # run's last occurrence in the same slot.
+    last = np.ones(len(pos), dtype=bool)
     if len(pos) > 1:
-        same = slot[1:] == slot[:-1]
-        following[:-1][same] = pos[1:][same]
+        last[:-1] = (slot[1:] != slot[:-1]) | (request[1:] != request[:-1])
+    after_last = np.full(len(pos), -1, dtype=np.int64)
+    if len(pos) > 1:
+        continues = last[:-1] & (slot[1:] == slot[:-1])
+        after_last[:-1][continues] = pos[1:][continues]
+    run_end = np.flatnonzero(last)
+    run_of = np.searchsorted(run_end, np.arange(len(pos)), side="left")
+    following = after_last[run_end][run_of] if len(pos) else after_last
     order = np.argsort(pos, kind="stable")
     return weight, pos[order], slot[order], following[order]
 
@@ -105,9 +112,9 @@ def prefix_hit_upper_bound(prompts: Sequence[Sequence[int]], capacity_blocks: in
 
     ``prompts[i]`` / ``totals[i]``: request ``i``'s block keys, root first, as given to
     :func:`agentsim.cache.sequential.replay_sequence` (``totals`` default: the prompts; each
-    total starts with its prompt; a key determines its prefix, as block hashes do). Exact for the relaxation of the module docstring; O(group
-    references * log) time. Raises ValueError for a non-positive capacity or a total that does
-    not start with its prompt.
+    total starts with its prompt; a key determines its prefix, as block hashes do). Exact for
+    the relaxation of the module docstring; O(group references * log) time. Raises ValueError
+    for a non-positive capacity or a total that does not start with its prompt.
     """
     if capacity_blocks <= 0:
         raise ValueError(f"capacity must be positive, got {capacity_blocks}")
@@ -115,37 +122,50 @@ def prefix_hit_upper_bound(prompts: Sequence[Sequence[int]], capacity_blocks: in
     if len(totals) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(totals)} totals")
     requested = 0
+    longest = 0
     for i, (prompt, total) in enumerate(zip(prompts, totals)):
         n = len(prompt)
         requested += n
+        if len(total) > longest:
+            longest = len(total)
         # A key determines its prefix (chained block hashes), so a total that holds the
         # prompt's last key at the same depth starts with the prompt: O(1), no copy of the path.
         if total is not prompt and n and (len(total) < n or total[n - 1] != prompt[n - 1]):
             raise ValueError(f"request {i}: its total does not start with its prompt")
     if not prompts:
         return HitBound(capacity_blocks, 0, 0, 0)
-    weight_np, step_np, slot_np, following_np = _group_occurrences(prompts, totals)
-    # Occurrence ranges of each half-step (2n of them), then plain lists for the Python sweep.
-    edges = np.searchsorted(step_np, np.arange(2 * len(prompts) + 1), side="left").tolist()
+    capacity = capacity_blocks
+    # Steps of request j: its prompt (stride * j), then the blocks it leaves resident (its total
+    # up to the capacity), then, only when some request is longer than the cache, its whole
+    # total (the blocks past the capacity are referenced but not kept).
+    stride = 3 if longest > capacity else 2
+    sequences: list[Sequence[int]] = []
+    for prompt, total in zip(prompts, totals):
+        sequences.append(prompt)
+        if stride == 3:
+            sequences.append(total[:capacity])
+        sequences.append(total)
+    weight_np, step_np, slot_np, following_np = _group_occurrences(sequences, stride)
+    edges = np.searchsorted(step_np, np.arange(stride * len(prompts) + 1), side="left").tolist()
     weight = weight_np.tolist()
     slot_at = slot_np.tolist()
     following = following_np.tolist()
     held = [0] * len(weight)       # blocks of each group held across the current boundary
-    due = [-1] * len(weight)       # half-step of the prompt reference a held group waits for
+    due = [-1] * len(weight)       # step of the prompt reference a held group waits for
     heap: list[tuple[int, int]] = []  # (-due, group): the group due last is evicted first
     seen = bytearray(len(weight))   # referenced before (for the unbounded count)
-    held_total = hits = unbounded = 0  # held_total: blocks held across the boundary, besides the request's
-    capacity = capacity_blocks
+    held_total = hits = unbounded = 0  # held_total: blocks held besides the request's own
     for j in range(len(prompts)):
-        lo, mid, hi = edges[2 * j], edges[2 * j + 1], edges[2 * j + 2]
-        for o in range(lo, mid):  # prompt references: hits on what was held
+        base = stride * j
+        prompt_lo, kept_lo, total_lo, end = edges[base], edges[base + 1], edges[base + stride - 1], edges[base + stride]
+        for o in range(prompt_lo, kept_lo):  # prompt references: hits on what was held
             group = slot_at[o]
             hits += held[group]
             if seen[group]:
                 unbounded += weight[group]
-        # The request's own blocks are resident after it (forced: min(total, C) of them) and
-        # leave the pool of held blocks for this boundary; the others compete for what is left.
-        for o in range(mid, hi):
+        # The request's blocks leave the pool of held blocks: its first min(total, C) are
+        # resident after it anyway (committed), the rest cannot be (deeper than the cache).
+        for o in range(total_lo, end):
             group = slot_at[o]
             seen[group] = 1
             held_total -= held[group]
@@ -166,13 +186,13 @@ def prefix_hit_upper_bound(prompts: Sequence[Sequence[int]], capacity_blocks: in
             else:
                 held[group] -= excess
                 held_total = room
-        for o in range(mid, hi):  # then they may be held on until their next prompt use
+        for o in range(kept_lo, total_lo if stride == 3 else end):  # the resident ones may stay
             nxt = following[o]
-            if nxt >= 0 and nxt % 2 == 0:
+            if nxt >= 0 and nxt % stride == 0:
                 group = slot_at[o]
                 held_total += weight[group]
                 held[group] = weight[group]
                 due[group] = nxt
                 heapq.heappush(heap, (-nxt, group))
-            # else: next referenced by an output (which re-inserts it for free) or never: drop
+            # else: next referenced as an output (which re-inserts it for free), or never: drop
     return HitBound(capacity_blocks, requested, hits, unbounded)
