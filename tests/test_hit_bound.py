@@ -3,6 +3,8 @@ the exact optimum of its relaxation (an independent LP gives the same number).""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +17,8 @@ from agentsim.cache.policies._next_use import build_index
 from agentsim.cache.policies.admission import ADMISSION_FILTERS
 from agentsim.cache.radix import RadixCache
 from agentsim.cache.sequential import replay_sequence
+
+FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 
 TREE_MODE_POLICIES = [n for n in EVICTION_POLICIES.names()
                       if "tree_mode" in getattr(EVICTION_POLICIES.params_model(n), "model_fields", {})]
@@ -130,12 +134,13 @@ def test_long_requests_take_the_grouped_index_and_keep_the_exact_optimum():
             relaxation_optimum_by_lp(prompts, totals, capacity)
 
 
-def test_the_bound_is_above_the_belady_heuristic_where_an_online_policy_beats_it():
-    """Issue 22 item 5: in prefix mode ``belady`` is a heuristic that an online policy can beat.
-    Before request 2 it must free 6 of 7 evictable blocks: 139 (never used again) and the run
-    110..114,148,149 whose deepest block is never used again either; it trims that run by 6 in
-    one step (keyed by its deepest block), losing 111..114, which request 3 re-uses, where
-    evicting 139 first keeps one more. ARC does; the bound is above both."""
+def test_belady_trims_a_victim_run_only_while_its_tail_is_used_no_sooner():
+    """Issue 22 item 5. Before request 2 Belady must free 6 of 7 evictable blocks: 139 (never
+    used again) and the run 110..114,148,149, whose deepest block is never used again either but
+    whose blocks 110..114 request 3 re-uses. Trimming that run by 6 in one step (it was keyed by
+    its deepest block only) lost 111..114 and gave 7 hits where ARC had 8; it now trims a run
+    only while its tail shares the deepest block's next use, evicts 139 next, and reaches the
+    bound."""
     prompts = [[1, 2, 139, 140, 141, 142, 143], [1, 2, 110, 111, 112, 113, 114, 148, 149], [1, 2, 157, 158, 159],
                [1, 2, 110, 111, 112, 113, 114, 163, 164, 165]]
     totals = [prompts[0] + [144, 145, 146, 147], prompts[1], prompts[2] + [160, 161, 162],
@@ -143,9 +148,21 @@ def test_the_bound_is_above_the_belady_heuristic_where_an_online_policy_beats_it
     times, pauses = [0.0, 1.0, 2.0, 3.0], [None] * 4
     belady = policy_hits(("belady", {}, None), 10, prompts, totals, times, pauses)
     arc = policy_hits(("arc", {}, None), 10, prompts, totals, times, pauses)
-    assert (belady, arc) == (7, 8)
     bound = prefix_hit_upper_bound(prompts, 10, totals)
-    assert bound.hit_blocks == relaxation_optimum_by_lp(prompts, totals, 10) >= arc
+    assert belady == arc == bound.hit_blocks == relaxation_optimum_by_lp(prompts, totals, 10) == 8
+
+
+@pytest.mark.parametrize("capacity", [100, 400, 1500])
+def test_belady_reaches_the_bound_on_mooncake_requests(capacity):
+    """On the first 1,200 Mooncake requests Belady's hits equal the upper bound: it is optimal
+    there (trimming whole runs, it was below LRU's hits at some capacities of the full trace)."""
+    from agentsim.replay.cache_only import replay_cache_only
+    from agentsim.workload.traces import load_requests
+
+    requests = load_requests(FIXTURES / "mooncake_head1200.jsonl.gz")
+    belady = replay_cache_only(requests, capacity_blocks=capacity, policy="belady", bound=True)
+    assert belady.hit_blocks == belady.extra["upper_bound_hit_blocks"]
+    assert belady.hit_blocks >= replay_cache_only(requests, capacity_blocks=capacity, policy="lru").hit_blocks
 
 
 def test_bad_arguments_are_refused():
