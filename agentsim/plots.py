@@ -60,7 +60,7 @@ BOUND_FOR = {"upper_bound_replay_hit_ratio": ("policy_replay_hit_ratio",),
              "belady_replay_hit_ratio": ("policy_replay_hit_ratio",)}
 #: How each reference line is drawn: (legend label, line style, colour).
 REFERENCE_LINES = {"upper_bound_replay_hit_ratio": ("upper bound (no policy exceeds it)", "--", "black"),
-                   "belady_replay_hit_ratio": ("Belady heuristic (offline, not an optimum)", ":", "0.45")}
+                   "belady_replay_hit_ratio": ("Belady heuristic (offline, not a bound)", ":", "0.45")}
 
 
 def _fmt_s(value: float) -> str:
@@ -240,7 +240,7 @@ def hit_ratio_vs_capacity(table: pd.DataFrame, capacity: str = "kv_capacity_byte
     ``table`` has one row per run (a sweep's ``results.parquet``, or a cache-only replay table);
     several seeds per capacity give a 95% confidence band. ``bound`` is the column of the proven
     upper bound at each capacity (its mean is drawn dashed; :mod:`agentsim.cache.hit_bound`) and
-    ``heuristic`` that of the Belady heuristic (dotted grey, which a policy may beat); an absent
+    ``heuristic`` that of the Belady heuristic (dotted grey, not a bound); an absent
     or all-NaN column is left out and the figure says so. Both are drawn only against a hit
     ratio in their own units (:data:`BOUND_FOR`: cache-only block replays against
     ``policy_replay_hit_ratio``); against the timed token hit ratio the figure says why they are

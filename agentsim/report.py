@@ -446,7 +446,7 @@ def _sweep_report(directory: Path, b: _Builder, kind: str) -> Report:
             b.figure("hit_ratio_vs_capacity_replay", "Hit ratio against capacity, with the upper bound",
                      "Cache-only replay of each run's own request stream (blocks) with the run's policy; dashed, the "
                      "hit ratio no policy can exceed on the same stream (a proven bound), whose gap to a policy is "
-                     "its headroom; dotted, the offline Belady heuristic, which a policy can beat.",
+                     "its headroom; dotted, the offline Belady heuristic, which is not a bound.",
                      lambda: plots.hit_ratio_vs_capacity(ok, hit="policy_replay_hit_ratio"))
         b.figure("hit_ratio_vs_capacity", "Hit ratio against capacity (timed runs)",
                  "Token hit ratio of the timed runs (mean and 95% CI over seeds) per policy. The replay's block "

@@ -1,10 +1,10 @@
 """A provable upper bound on the prefix-cache hits of *every* policy on a request stream.
 
 The ``belady`` policy (furthest next use first over the radix tree's evictable leaves) is a
-strong offline *heuristic* in prefix mode but not an optimum: it must evict whole leaves from
-the tail, cannot bypass a request's new blocks, and a request's blocks arrive together, so it can
-lose to LRU by a few hit blocks in a million (issue 22). This module computes a number that no
-policy can exceed, online or offline, under the replay semantics of
+strong offline *heuristic* in prefix mode, not a proven optimum: MIN's proof is for one block
+per request, while a prefix cache serves a request's blocks together, must commit them and
+evicts leaves from the tail (issue 22 saw it below LRU by a few hit blocks in a million). This
+module computes a number that no policy can exceed, online or offline, under the replay semantics of
 :func:`agentsim.cache.sequential.replay_sequence` with the cache capacity ``C`` in blocks.
 
 **The relaxation.** Request ``j`` *references* the blocks of its prompt (half-step ``2j``) and of

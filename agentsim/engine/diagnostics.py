@@ -35,8 +35,8 @@ Added to every run's ``summary.json`` (and the printed table) by the engine:
   ``upper_bound_replay_hit_ratio``, the hit ratio no policy can exceed on that stream
   (:mod:`agentsim.cache.hit_bound`, a proven bound) and ``upper_bound_headroom = bound - policy``
   (>= 0 always); ``belady_replay_hit_ratio``, the Belady heuristic (furthest next use over the
-  tree's leaves, its future = the recorded stream; *not* an optimum in prefix mode, it can lose
-  to an online policy) and ``belady_headroom = belady - policy`` (so it can be slightly negative).
+  tree's leaves, its future = the recorded stream; not a proven optimum in prefix mode) and
+  ``belady_headroom = belady - policy`` (nothing proves it >= 0).
   Block-weighted hit ratios, all in the same mode, so a difference is the policy's, not the
   timing's. In timed runs Belady itself is replay-only
   (a clairvoyant future depends on the timing the policy creates). Skipped (null) for caches

@@ -185,7 +185,7 @@ _builtin("belady_replay_hit_ratio", "Belady heuristic hit ratio (replay, blocks)
 _builtin("policy_replay_hit_ratio", "policy hit ratio (replay, blocks)", "fraction",
          axis="hit ratio (blocks, cache-only replay of the run's stream)")
 _builtin("upper_bound_headroom", "headroom to the upper bound", "fraction")
-_builtin("belady_headroom", "Belady heuristic minus policy (may be < 0)", "fraction")
+_builtin("belady_headroom", "Belady heuristic minus policy (not a bound)", "fraction")
 # Engine-style KV admission (docs/serving.md): preemptions and why requests waited.
 _builtin("kv_admission", "KV admission rule", "")
 _builtin("preemptions", "preemptions", "count")
