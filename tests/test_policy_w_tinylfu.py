@@ -1,0 +1,38 @@
+"""W-TinyLFU on prefix workloads (issue 22 item 7): the sketch resets after block accesses, not
+run accesses."""
+
+from __future__ import annotations
+
+from agentsim.cache.policies import EVICTION_POLICIES
+from agentsim.cache.policies._sketch import FrequencySketch
+from agentsim.cache.radix import RadixCache
+from agentsim.cache.sequential import replay_sequence
+
+
+def _agent_turns(turns: int, grow: int) -> list[list[int]]:
+    """One agent re-sending its history: turn t's prompt is every block so far plus ``grow`` new."""
+    history: list[int] = []
+    prompts = []
+    for t in range(turns):
+        history = history + list(range(1000 + t * grow, 1000 + (t + 1) * grow))
+        prompts.append(list(history))
+    return prompts
+
+
+def test_the_sketch_resets_after_block_accesses():
+    sketch = FrequencySketch(width=64, sample_size=1000)
+    for _ in range(9):
+        sketch.increment(7, 1, 100)  # a run of 100 blocks accessed: 100 block accesses
+    assert sketch.resets == 0 and sketch.estimate(7) == 9
+    sketch.increment(7, 1, 100)
+    assert sketch.resets == 1 and sketch.estimate(7) == 5
+    sketch.increment(8, sketch.estimate(7), 0)  # a copied count is no access
+    assert sketch.additions == 500 and sketch.estimate(8) == 5
+
+
+def test_w_tinylfu_counts_a_run_access_as_its_blocks():
+    prompts = _agent_turns(turns=30, grow=50)
+    policy = EVICTION_POLICIES.get("w_tinylfu")()
+    replay_sequence(RadixCache(200, policy), prompts)
+    # Block accesses: 50 new blocks per insert and every hit run's blocks; the sample is 10 x 200.
+    assert policy.sketch.resets >= 1
