@@ -1,5 +1,5 @@
-"""W-TinyLFU on prefix workloads (issue 22 item 7): the sketch resets after block accesses, not
-run accesses."""
+"""W-TinyLFU on prefix workloads (issue 22 item 7): the window keeps its size in leaf_only mode,
+and the sketch resets after block accesses, not run accesses."""
 
 from __future__ import annotations
 
@@ -17,6 +17,28 @@ def _agent_turns(turns: int, grow: int) -> list[list[int]]:
         history = history + list(range(1000 + t * grow, 1000 + (t + 1) * grow))
         prompts.append(list(history))
     return prompts
+
+
+def test_the_window_passes_runs_that_newer_runs_extend_to_the_main_and_keeps_its_size():
+    prompts = _agent_turns(turns=40, grow=10)
+    policy = EVICTION_POLICIES.get("w_tinylfu")()
+    cache = RadixCache(1000, policy)
+    sizes = []
+    replay_sequence(cache, prompts, after_request=lambda _i: sizes.append(policy.window.blocks))
+    # The window (1% of 1,000 = 10 blocks) holds the newest run only; before, every extended
+    # run stayed in it (no leaf, never a candidate) and it grew to the whole history.
+    assert max(sizes) <= policy.window_cap + 10
+    lru = replay_sequence(RadixCache(1000, EVICTION_POLICIES.get("lru")()), prompts).hit_blocks
+    assert replay_sequence(RadixCache(1000, EVICTION_POLICIES.get("w_tinylfu")()), prompts).hit_blocks == lru
+
+
+def test_the_window_rule_is_leaf_only():
+    """In flat mode every unpinned member can leave the window, so runs stay where they are."""
+    prompts = _agent_turns(turns=5, grow=10)
+    policy = EVICTION_POLICIES.get("w_tinylfu")(EVICTION_POLICIES.validate_params("w_tinylfu", {"tree_mode": "flat"}))
+    cache = RadixCache(1000, policy)
+    replay_sequence(cache, prompts)
+    assert policy.probation.blocks == 0 and policy.window.blocks == 50
 
 
 def test_the_sketch_resets_after_block_accesses():

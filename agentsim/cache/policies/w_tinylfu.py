@@ -58,6 +58,15 @@ class WTinyLFU(QueuePolicy):
     def _admit_new(self, node, now_s):
         self._count(node)
         self._place(node, self.window)
+        parent = node.parent
+        if self._leaf_only and parent is not None and parent.policy_data is not None \
+                and parent.policy_data.queue is self.window:
+            # The parent is no longer a leaf, so it can never leave the window as a candidate
+            # (leaf_only evicts leaves only): kept there, such runs filled the window (12,654
+            # blocks against a 500-block target on the Claude Code sessions at 50K blocks) and
+            # every eviction fell through to the main. A run that a newer run extends has been
+            # used again: it moves to probation, as a per-block window would pass it on.
+            self._place(parent, self.probation)
 
     def on_split(self, upper, lower):
         super().on_split(upper, lower)
