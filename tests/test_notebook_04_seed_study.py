@@ -43,6 +43,7 @@ def _offset_reaching(curve: pd.DataFrame, target: float) -> float | None:
 def check_seed_study(conclusions: dict, prose: str) -> None:
     tables = {name: pd.read_parquet(path) for name, path in conclusions["tables"].items()}
     grid, curve, subsets, ttl = tables["grid"], tables["lru_offsets"], tables["subsets"], tables["ttl_by_gap"]
+    timed = tables["timed"]
     from agentsim.cache.registries import EVICTION_POLICIES
 
     assert set(grid.policy) == set(EVICTION_POLICIES.names())        # every registered policy ran
@@ -69,8 +70,12 @@ def check_seed_study(conclusions: dict, prose: str) -> None:
         assert f"give {halves.min():.1%} to {halves.max():.1%}, a range that {'contains' if inside else 'does not contain'}" in line
         main = float(subsets[(subsets.capacity_blocks == capacity) & (subsets.subset == "main agents only")].hit_ratio.iloc[0])
         assert f"Without the sub-agents' requests: {main:.1%}." in line
+        timed_lru = float(timed[(timed.policy == "lru") & (timed.capacity_blocks == capacity)].block_hit_ratio.iloc[0])
+        assert f"Closed-loop timed replay: {timed_lru:.1%}." in line
+        tolerance = (halves.max() - halves.min()) / 2
         causes = ([c for c, yes in (("arrival spacing", offset is not None), ("session sample", inside),
-                                    ("sub-agents", min(ours, main) <= published <= max(ours, main))) if yes])
+                                    ("sub-agents", abs(main - published) <= tolerance),
+                                    ("closed-loop serving", abs(timed_lru - published) <= tolerance)) if yes])
         assert (f"account for the difference: {', '.join(causes)}." in line if causes
                 else "None of the measured factors accounts for the difference." in line)
     diffs = {c: float(documented[c]) - p for c, p in PUBLISHED.items() if c in documented.index}
@@ -128,6 +133,18 @@ def check_seed_study(conclusions: dict, prose: str) -> None:
                     f"{over / classes.lost_hit_blocks.sum():.0%} on requests after a gap over 5 minutes") in line
 
 
+    # 4. The timed closed-loop view.
+    assert len(timed) and set(timed.policy) >= {"lru", "ttl_5m", "ttl_pin"}
+    for capacity, cell in timed.groupby("capacity_blocks"):
+        by = cell.set_index("policy")
+        line = _line(prose, f"* **{capacity:,} blocks**: LRU hit ratio ")
+        assert f"LRU hit ratio {by.loc['lru', 'block_hit_ratio']:.2%}, p99 TTFT {by.loc['lru', 'ttft_p99_s']:.2f} s" in line
+        for policy in by.index.drop("lru"):
+            pins = int(by.loc[policy, "pins_created"])
+            assert (f"`{policy}` {100 * (by.loc[policy, 'block_hit_ratio'] - by.loc['lru', 'block_hit_ratio']):+.2f} pp"
+                    + (f" with {pins:,} pins" if pins else "") + f", p99 TTFT {by.loc[policy, 'ttft_p99_s']:.2f} s") in line
+
+
 def test_every_registered_policy_has_a_family():
     from agentsim.cache.registries import EVICTION_POLICIES
     from agentsim.experiments.seed_study import FAMILY
@@ -163,7 +180,7 @@ def test_study_on_the_fixture_sessions_adds_up():
     from agentsim.replay.load import load_trace
 
     tables = run_study(FIXTURE_SESSIONS, policies=["lru", "ttl_5m", "ttl_pin"], capacities_blocks=[4000],
-                       offsets_s=[300.0], lru_offsets_s=[])
+                       offsets_s=[300.0], lru_offsets_s=[], timed_policies=["lru", "ttl_pin"])
     grid = tables.grid.set_index(["policy", "session_offset_s"])
     requests = load_trace(FIXTURE_SESSIONS, "weka", session_offset_s=300).requests
     direct = replay_cache_only(requests, capacity_blocks=4000, policy="lru")
@@ -176,6 +193,11 @@ def test_study_on_the_fixture_sessions_adds_up():
     assert set(tables.subsets.subset) == {"even positions", "odd positions", "first half", "second half",
                                           "main agents only"}
     assert tables.subsets.groupby("subset").sessions.first().to_dict()["even positions"] == 3
+    # Closed loop with realistic serving: ttl_pin creates pins and its hits differ from LRU's.
+    timed = tables.timed.set_index("policy")
+    assert timed.loc["ttl_pin", "pins_created"] > 0 and timed.loc["lru", "pins_created"] == 0
+    assert timed.loc["ttl_pin", "block_hit_ratio"] != timed.loc["lru", "block_hit_ratio"]
+    assert (timed.requests == len(requests)).all()
     # The documented spacing is always measured for LRU (the published comparison).
     assert 1200.0 in set(tables.lru_offsets.session_offset_s)
 

@@ -14,7 +14,11 @@ in agentsim. :func:`run_study` computes four tables (:class:`StudyTables`):
   odd file positions, first and second half) and on the main agents alone (sub-agents left out):
   how much the sample of sessions and the sub-agents move the figure;
 * ``ttl_by_gap``: where a 5-minute TTL (``ttl_5m``) loses hits against LRU: its per-request
-  hits minus LRU's, summed by what preceded the request in its agent (:func:`gap_classes`).
+  hits minus LRU's, summed by what preceded the request in its agent (:func:`gap_classes`);
+* ``timed``: closed-loop timed replays (:func:`agentsim.replay.timed.run_timed_replay`, its
+  default deployment: DeepSeek-V3 on one 4-GPU GB300 instance) at the documented offset: block
+  hit ratio and TTFT percentiles with realistic serving, where each agent's next call waits for
+  its previous answer.
 
 The text (prose and the doc's tables) is written from these tables by
 :mod:`agentsim.experiments.seed_study_text`.
@@ -65,6 +69,11 @@ UNREALISABLE_FAMILIES = ("oracle (agents' next calls)", "offline (whole future)"
 HEADROOM_REFERENCE = "belady"
 
 
+#: Policies of the timed closed-loop view: the reference, the TTL and a pause-aware pin.
+TIMED_POLICIES = ("lru", TTL_POLICY, "ttl_pin")
+TABLES = ("grid", "lru_offsets", "subsets", "ttl_by_gap", "timed")
+
+
 @dataclass
 class StudyTables:
     """The study's tables (see the module docstring) and what was replayed."""
@@ -73,6 +82,7 @@ class StudyTables:
     lru_offsets: pd.DataFrame
     subsets: pd.DataFrame
     ttl_by_gap: pd.DataFrame
+    timed: pd.DataFrame
     sessions: int
     requests: int
     trace_dir: str
@@ -82,7 +92,7 @@ class StudyTables:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = {}
-        for name in ("grid", "lru_offsets", "subsets", "ttl_by_gap"):
+        for name in TABLES:
             path = out / f"{name}.parquet"
             getattr(self, name).to_parquet(path, index=False)
             paths[name] = str(path)
@@ -167,13 +177,33 @@ def _subset_dirs(trace_dir: Path, work: Path) -> dict[str, Path]:
     return dirs
 
 
+def timed_rows(trace_dir: str | Path, policies: Sequence[str], capacities_blocks: Sequence[int],
+               offset_s: float = DOCUMENTED_OFFSET_S) -> list[dict]:
+    """Closed-loop timed replays of the sessions, one per policy and capacity (see the module docstring)."""
+    from agentsim.replay.timed import run_timed_replay
+
+    rows = []
+    for capacity in capacities_blocks:
+        for policy in policies:
+            summary = run_timed_replay(trace_dir, "weka", mode="closed-loop", policy=policy, capacity_blocks=capacity,
+                                       session_offset_s=offset_s).summary
+            rows.append({"policy": policy, "capacity_blocks": capacity, "session_offset_s": float(offset_s),
+                         "block_hit_ratio": summary["block_hit_ratio"], "ttft_p50_s": summary["ttft_p50_s"],
+                         "ttft_p99_s": summary["ttft_p99_s"], "requests": summary["requests"],
+                         "requests_rejected": int(summary.get("requests_rejected") or 0),
+                         "pins_created": int(summary.get("pins_created") or 0),
+                         "tool_starts": int(summary.get("tool_starts") or 0)})
+    return rows
+
+
 def run_study(trace_dir: str | Path, *, policies: Iterable[str], capacities_blocks: Sequence[int],
               offsets_s: Sequence[float], lru_offsets_s: Sequence[float] = (),
-              progress=None) -> StudyTables:
+              timed_policies: Sequence[str] = TIMED_POLICIES, progress=None) -> StudyTables:
     """Replay the WEKA sessions in ``trace_dir`` for every policy, capacity and offset.
 
     ``lru_offsets_s`` adds LRU-only offsets for the arrival-model curve (the grid's offsets are
-    always in it). ``progress(text)`` is called before each block of replays (or never).
+    always in it). ``timed_policies`` run closed-loop at every capacity and the documented
+    offset (``()``: none). ``progress(text)`` is called before each block of replays (or never).
     Same inputs, same tables: the replays are deterministic.
     """
     trace_dir = Path(trace_dir)
@@ -212,9 +242,12 @@ def run_study(trace_dir: str | Path, *, policies: Iterable[str], capacities_bloc
             lru_rows.append(next(r for r in grid_rows[::-1] if r["policy"] == "lru"))
             ttl_rows += _ttl_rows(requests, classes, hits["lru"], hits[TTL_POLICY], capacity, offset_s)
     subset_rows = _subset_rows(trace_dir, documented, capacities_blocks, say)
+    say("closed-loop timed replays")
+    timed = pd.DataFrame(timed_rows(trace_dir, list(timed_policies), capacities_blocks),
+                         columns=None if timed_policies else ["policy", "capacity_blocks", "session_offset_s"])
     lru_offsets = pd.DataFrame(lru_rows).sort_values(["capacity_blocks", "session_offset_s"]).reset_index(drop=True)
     return StudyTables(grid=pd.DataFrame(grid_rows), lru_offsets=lru_offsets, subsets=pd.DataFrame(subset_rows),
-                       ttl_by_gap=pd.DataFrame(ttl_rows), sessions=sessions, requests=requests_count,
+                       ttl_by_gap=pd.DataFrame(ttl_rows), timed=timed, sessions=sessions, requests=requests_count,
                        trace_dir=str(trace_dir))
 
 
