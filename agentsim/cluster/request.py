@@ -71,6 +71,7 @@ class LLMRequest:
     prefill_done_s: float = float("nan")
     prefill_hit_tokens: int = 0
     prefill_computed_tokens: int = 0
+    prefill_tier_hit_tokens: dict = field(default_factory=dict)   # the prefill worker's hits by tier
     decode_hit_tokens: int = 0
     kv_transfer_bytes: float = 0.0
     kv_transfer_s: float = float("nan")

@@ -207,6 +207,7 @@ class ServingInstance:
         """Run an admitted request's load of ``jobs`` ((tier name, blocks)) into HBM; a
         ``peer_hbm`` job streams through ``peer_links`` (the source peer's path)."""
         self.loading += 1
+        state.kv_waits += 1
         self.env.process(self._load(state, deepest, load_blocks, jobs, peer_links))
 
     def _load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]],
@@ -228,11 +229,18 @@ class ServingInstance:
 
     def kv_arrived(self, state: Running) -> None:
         """The KV ``state`` waited for is in HBM (a load from a lower tier, or a prefill worker's
-        hand-off): it prefills what is left, or, with nothing left, has its first token now."""
+        hand-off): it prefills what is left, or, with nothing left, has its first token now.
+        A disaggregated call may wait for both at once (its decode worker's lower tiers and the
+        prefill worker's hand-off): only the last arrival lets it go on."""
         now = self.env.now
         req = state.req
-        state.loaded = True
         self.loading -= 1
+        state.kv_waits -= 1
+        if state.kv_waits > 0:
+            return
+        state.loaded = True
+        if self.kv_handoff is not None:
+            self.kv_handoff.complete(state)
         if state.prefill_left == 0:  # overlapped prefill already finished: first token now
             if req.first_token_s != req.first_token_s:
                 req.first_token_s = now
