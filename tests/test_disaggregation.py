@@ -94,11 +94,15 @@ def test_run_conserves_tokens_and_hands_every_call_over(disaggregated_run):
     assert summary["ttft_kv_transfer_mean_s"] == pytest.approx(done.kv_transfer_s.mean())
 
 
-def test_ttft_is_prefill_queue_plus_prefill_plus_decode_queue_plus_transfer(disaggregated_run):
+def test_ttft_is_prefill_queue_plus_prefill_plus_decode_queue_plus_transfer_plus_first_step(disaggregated_run):
     done = disaggregated_run.tables["requests"].query("not rejected")
-    parts = done.queue_wait_s + done.prefill_s + done.decode_queue_s + done.kv_transfer_s
+    parts = done.queue_wait_s + done.prefill_s + done.decode_queue_s + done.kv_transfer_s + done.decode_first_step_s
     assert (parts - done.ttft_s).abs().max() < 1e-9
     assert (done.prefill_s > 0).all() and (done.decode_queue_s >= 0).all()
+    # The first token comes with the decode worker's first step: at least one decode step's time.
+    assert (done.decode_first_step_s > 0).all()
+    summary = disaggregated_run.summary
+    assert summary["ttft_decode_first_step_mean_s"] == pytest.approx(done.decode_first_step_s.mean())
 
 
 def test_disaggregated_runs_repeat(disaggregated_run):

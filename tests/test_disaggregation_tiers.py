@@ -79,8 +79,9 @@ H2D_BPS, H2D_LATENCY_S = 600e9, 10e-6
 def test_a_decode_worker_loading_its_own_dram_and_receiving_a_handoff_waits_for_both(handoff_bps):
     """A decode worker holds a session's 50K-token history in DRAM; the next call's prompt adds
     6,400 tokens, computed on a prefill worker. The history loads over C2C while the 6,400 new
-    tokens' KV comes over the hand-off link: the first token comes when the later of the two has
-    arrived (a slow link: the hand-off; a fast one: the DRAM load), not at the first."""
+    tokens' KV comes over the hand-off link: the call starts decoding when the later of the two
+    has arrived (a slow link: the hand-off; a fast one: the DRAM load), not at the first, and
+    its first token comes with its first decode step."""
     env = simpy.Environment()
     lru = EVICTION_POLICIES.get("lru")
     cache = TieredCache(200_000, lru(), [TierSpec("dram", 400_000, lru(), "write_back")])
@@ -109,7 +110,11 @@ def test_a_decode_worker_loading_its_own_dram_and_receiving_a_handoff_waits_for_
     handoff_s = 5e-6 + 6_400 * kvb / (0.8 * handoff_bps)
     assert call.decode_hit_tokens == history and call.kv_transfer_bytes == 6_400 * kvb
     assert call.kv_transfer_s == pytest.approx(max(load_s, handoff_s), rel=1e-6)
-    assert call.first_token_s - start == pytest.approx(max(load_s, handoff_s), rel=1e-6)
+    first_step_s = COST.decode_stretch_s(1, prompt, 1)    # alone in the batch
+    assert call.decode_first_step_s == pytest.approx(first_step_s, rel=1e-6)
+    assert call.first_token_s - start == pytest.approx(max(load_s, handoff_s) + first_step_s, rel=1e-6)
+    # Its 8 output tokens are 8 decode steps: the first one's output is the first token.
+    assert call.finish_s - start == pytest.approx(max(load_s, handoff_s) + COST.decode_stretch_s(1, prompt, 8), rel=1e-6)
     # The prefill worker's accounting is the call's: nothing was hit there, all was computed.
     assert call.hit_tokens == 0 and call.prefilled_tokens == prompt and call.tier_hit_tokens == {"hbm": 0}
 
@@ -145,7 +150,7 @@ def test_tiered_disaggregated_run_conserves_tokens_and_hits_lower_tiers(tiered_r
 
 def test_ttft_parts_add_up_with_decode_workers_loading_from_their_own_tiers(tiered_run):
     done = tiered_run.tables["requests"].query("not rejected")
-    parts = done.queue_wait_s + done.prefill_s + done.decode_queue_s + done.kv_transfer_s
+    parts = done.queue_wait_s + done.prefill_s + done.decode_queue_s + done.kv_transfer_s + done.decode_first_step_s
     assert (parts - done.ttft_s).abs().max() < 1e-9
     # Most calls load part of their history from the decode worker's own lower tiers (its
     # HBM is small) while the hand-off brings the rest; only the rest is sent.

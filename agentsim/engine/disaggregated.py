@@ -108,7 +108,7 @@ class DisaggregatedCluster:
                      "kv_transfer_bytes": float(sum(h.transferred_bytes for h in self.front.handoffs)),
                      "decode_hit_tokens": int(done.decode_hit_tokens.sum()) if len(done) else 0,
                      "racks": self.scenario.hardware.racks}
-        for part in ("queue_wait", "prefill", "decode_queue", "kv_transfer"):
+        for part in ("queue_wait", "prefill", "decode_queue", "kv_transfer", "decode_first_step"):
             values = done[f"{part}_s"].to_numpy(dtype=float) if len(done) else np.array([])
             values = values[np.isfinite(values)]
             out[f"ttft_{part}_mean_s"] = float(values.mean()) if len(values) else float("nan")

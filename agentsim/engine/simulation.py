@@ -260,7 +260,7 @@ class Simulation:
             queue_step_s=request.queue_step_s, queue_chunk_s=request.queue_chunk_s,
             prefill_worker=request.prefill_worker, decode_hit_tokens=request.decode_hit_tokens,
             kv_transfer_bytes=request.kv_transfer_bytes, decode_queue_s=request.decode_queue_s,
-            kv_transfer_s=request.kv_transfer_s,
+            kv_transfer_s=request.kv_transfer_s, decode_first_step_s=request.decode_first_step_s,
             recomputed_cold_tokens=cold, recomputed_evicted_tokens=evicted,
             recomputed_invalidated_tokens=invalidated,
         ))

@@ -222,6 +222,8 @@ _builtin("ttft_kv_transfer_p99_s", "TTFT KV transfer p99 (s)", "s", table="hiera
 _builtin("kv_transfer_bytes", "KV handed over (bytes)", "bytes", table="hierarchy")
 _builtin("decode_queue_s", "decode queue wait (s)", "s", table=None, axis="decode queue wait (s)")
 _builtin("kv_transfer_s", "KV transfer (s)", "s", table=None, axis="KV transfer time (s)")
+_builtin("decode_first_step_s", "decode worker's first step (s)", "s", table=None,
+         axis="decode worker's first step (s)")
 # Economics and request-table columns shown on figures' axes.
 _builtin("cost_per_million_tokens_usd", "cost per million tokens (USD)", "USD", table=None,
          axis="GPU cost per million tokens (USD)")

@@ -11,10 +11,10 @@ A call goes through two workers:
    pool, seeing the decode workers' caches) places the call on a decode worker. Its admission
    applies as usual (batch slots, the engine's KV admission rule, its own cached prefix of the
    session); then, instead of prefilling, the worker waits for the prompt's KV, minus what it
-   already holds, to come over from the prefill worker (:class:`KvHandoff`), and emits the first
-   token when it has arrived.
+   already holds, to come over from the prefill worker (:class:`KvHandoff`); once it has
+   arrived the call decodes, its first token coming with its first decode step.
 
-TTFT = prefill queue + prefill + decode queue + KV transfer. The call's hit and computed tokens
+TTFT = prefill queue + prefill + decode queue + KV transfer + first decode step. The call's hit and computed tokens
 are the prefill worker's (they decide the compute); the decode worker's own prefix only
 shortens the transfer (``decode_hit_tokens``). With lower tiers, the part of that prefix the
 decode worker loads from its own tiers comes up while the hand-off runs; the first token waits
@@ -128,12 +128,16 @@ class KvHandoff:
         yield handoff(self.host.env, links, size_bytes, self.cluster.efficiency)
         self.host.kv_arrived(state)
 
-    def complete(self, state: Running) -> None:
+    def complete(self, state: Running) -> bool:
         """All of ``state``'s KV is in HBM: the hand-off and, in parallel, any load from the
-        decode worker's own lower tiers. ``kv_transfer_s`` is the wait from decode admission."""
+        decode worker's own lower tiers. ``kv_transfer_s`` is the wait from decode admission.
+        True if ``state`` was handed over (its first token then comes with the decode worker's
+        next step), False for an ordinary load."""
         start = self._waiting.pop(state.req.request_id, None)
-        if start is not None:
-            state.req.kv_transfer_s = self.host.env.now - start
+        if start is None:
+            return False
+        state.req.kv_transfer_s = self.host.env.now - start
+        return True
 
 
 class DisaggregatedServing:
