@@ -46,7 +46,7 @@ def summary_table(summary: dict, title: str = "summary") -> Table:
             table.add_row(f"link {kind}", f"{stats['bytes'] / 1e9:,.1f} GB, max utilisation {stats['max_utilisation']:.3g}")
     by_reason = "evictions_by_reason_blocks" if "evictions_by_reason_blocks" in summary else "evicted_blocks_by_reason"
     for key in ("regime_by_tier", by_reason, "recomputed_tokens_by_gap", "recomputed_tokens_evicted_by_tier",
-                "queue_wait_share_by_cause"):
+                "queue_wait_share_by_cause", "kv_transfer_bytes_by_link_kind"):
         if isinstance(summary.get(key), dict) and summary[key]:
             table.add_row(key.replace("_", " "), ", ".join(f"{k}={_fmt(v)}" for k, v in summary[key].items()))
     if summary.get("ttl_warning"):
