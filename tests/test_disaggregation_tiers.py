@@ -207,3 +207,10 @@ def test_the_four_rack_scenario_runs_and_reports_handoffs_by_link_kind():
     assert by_kind["network"] == pytest.approx(done[~same].kv_transfer_bytes.sum())
     assert by_kind["nvlink"] > 0 and by_kind["network"] > 0
     assert summary["hit_ratio"] > 0.5
+
+
+def test_a_shared_store_too_small_for_every_worker_is_refused_at_load_time():
+    # 50 MB split between 44 workers is less than one 64-token block (2.2 MB) each; one
+    # instance alone would hold 22 blocks of it.
+    with pytest.raises(InputError, match=r"cache\.tiers\.remote\.capacity_bytes.*less than one KV block"):
+        load_scenario(ROOT / "scenarios" / "gb300-disagg-4racks.yaml", ["cache.tiers.remote.capacity_bytes=50MB"])
