@@ -134,6 +134,9 @@ class ServingInstance:
         #: Disaggregated decode worker: receives the prompt's KV from a prefill worker instead of
         #: computing it (:class:`~agentsim.cluster.serving.disaggregation.KvHandoff`); None otherwise.
         self.kv_handoff = None
+        #: Handed-over calls decoding, whose first token comes with their first decode step.
+        self.first_token_waiters: list[Running] = []
+        self._first_step_end_s = float("nan")   # end of the first step of the last decode stretch
         self.process = env.process(self._loop())
 
     # --- interface for the router ----------------------------------------------------------
@@ -210,6 +213,7 @@ class ServingInstance:
         """Run an admitted request's load of ``jobs`` ((tier name, blocks)) into HBM; a
         ``peer_hbm`` job streams through ``peer_links`` (the source peer's path)."""
         self.loading += 1
+        state.kv_waits += 1
         self.env.process(self._load(state, deepest, load_blocks, jobs, peer_links))
 
     def _load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]],
@@ -231,16 +235,28 @@ class ServingInstance:
 
     def kv_arrived(self, state: Running) -> None:
         """The KV ``state`` waited for is in HBM (a load from a lower tier, or a prefill worker's
-        hand-off): it prefills what is left, or, with nothing left, has its first token now."""
+        hand-off): it prefills what is left, or, with nothing left, has its first token now.
+        A disaggregated call may wait for both at once (its decode worker's lower tiers and the
+        prefill worker's hand-off): only the last arrival lets it go on."""
         now = self.env.now
         req = state.req
-        state.loaded = True
         self.loading -= 1
-        if state.prefill_left == 0:  # overlapped prefill already finished: first token now
-            if req.first_token_s != req.first_token_s:
-                req.first_token_s = now
-            state.output_left -= 1
-            state.context_tokens += 1
+        state.kv_waits -= 1
+        if state.kv_waits > 0:
+            return
+        state.loaded = True
+        handed_off = self.kv_handoff is not None and self.kv_handoff.complete(state)
+        if state.prefill_left == 0:
+            if handed_off:
+                # A disaggregated call: the decode worker's scheduler streams its first token
+                # with the outputs of the first step it takes part in (vLLM's NIXL decode
+                # computes it there; SGLang and TRT-LLM emit the prefill's token with that step).
+                self.first_token_waiters.append(state)
+            else:  # overlapped prefill already finished: first token now
+                if req.first_token_s != req.first_token_s:
+                    req.first_token_s = now
+                state.output_left -= 1
+                state.context_tokens += 1
             self.batch.decoding.pending.append(state)  # joins after the iteration in progress, if any
         if self.check_invariants:
             self.cache.check_invariants()
@@ -329,10 +345,31 @@ class ServingInstance:
                     continue
             if prefilling:
                 yield from self._prefill_iteration(prefilling, cost)
+                first_step_end_s = env.now
             else:
                 yield from self._decode_stretch(cost, covered)
+                first_step_end_s = self._first_step_end_s
+            if self.first_token_waiters:
+                self._emit_first_tokens(first_step_end_s)
             decoding.flush()
             self._complete()
+
+    def _emit_first_tokens(self, first_step_end_s: float) -> None:
+        """Handed-over calls whose first decode step ended in the iteration just run (it ended
+        at ``first_step_end_s``) have their first token then."""
+        clock = self.batch.decoding.clock
+        waiting = []
+        for state in self.first_token_waiters:
+            if state.gone:                     # preempted before its first step: it re-prefills
+                continue
+            # Its first step is the one after the clock it joined at (finish - output left).
+            if state.decoding and clock > state.finish_clock - state.output_left:
+                req = state.req
+                req.first_token_s = first_step_end_s
+                req.decode_first_step_s = first_step_end_s - (req.prefill_done_s + req.decode_queue_s + req.kv_transfer_s)
+            else:
+                waiting.append(state)
+        self.first_token_waiters = waiting
 
     def _prefill_iteration(self, prefilling: list[Running], cost: StepTimer):
         env = self.env
@@ -413,6 +450,8 @@ class ServingInstance:
         if covered_steps and covered_steps < steps:
             steps = covered_steps
         start = env.now
+        if self.first_token_waiters:
+            self._first_step_end_s = start + cost.decode_stretch_s(n, context, 1)
         full_s = cost.decode_stretch_s(n, context, steps)
         timeout = env.timeout(full_s)
         if len(self.batch.running) < self.max_batch or self.loading:
