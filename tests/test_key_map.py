@@ -96,3 +96,18 @@ def test_a_long_run_span_follows_its_live_keys():
     assert len(m.values) <= 8 * live                 # not the million keys set over the run
     assert all(m.get(k) == v for k, v in list(model.items())[:50])
     assert m.get(500) == 0
+
+
+def test_many_shared_prefix_keys_do_not_pin_the_span():
+    """A few hundred always-set low keys (the shared prefixes) and a small live window that moves
+    up: the span stays near the window (the low keys move to the dict)."""
+    m = DenseKeyMap()
+    for key in range(1, 601):
+        m.set(key, 1)
+    window = 2000
+    for key in range(601, 600_000):
+        m.set(key, 2)
+        if key - window > 600:
+            m.pop(key - window)
+    assert len(m) == 600 + window
+    assert len(m.values) < 300_000 and all(m.get(k) == 1 for k in range(1, 601))

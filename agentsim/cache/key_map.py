@@ -13,8 +13,8 @@ key never set). Keys inside the dense span, or close above it (the span grows by
 appends of new keys are amortised O(1)), live in the array; any other key (a trace's hash ids,
 negative keys, keys below a span moved up by :meth:`drop_below`) lives in a dict, so every key
 works. When the span must grow while fewer than a quarter of its slots are set (the low keys
-of a long run were removed, a few, such as shared prefixes, remain), its start moves up past
-most of them first and those few move to the dict, so a long run's span follows its live keys.
+of a long run were removed; a few, such as shared prefixes, remain), its start moves up past
+the low ones first and those few move to the dict, so a long run's span follows its live keys.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ import numpy as np
 _GROWTH_SLACK = 65536
 #: Spans shorter than this are never re-based (the move would save little).
 _REBASE_MIN = 1 << 16
+#: A re-base may move this many set keys to the dict, or an eighth of them if more: enough for a
+#: run's shared prefixes (always resident, allocated first) not to pin the span's start.
+_REBASE_MOVES = 4096
 
 
 class DenseKeyMap:
@@ -77,13 +80,14 @@ class DenseKeyMap:
         self.far[key] = value
 
     def _rebase(self) -> bool:
-        """Move the span's start up past all but an eighth of its set keys (those go to the
-        dict), if that frees at least half the span; returns whether it moved."""
+        """Move the span's start up past at most ``max(_REBASE_MOVES, an eighth)`` of its set
+        keys (those go to the dict), if that frees at least half the span; returns whether it
+        moved."""
         values = self.values
         view = np.frombuffer(values, dtype=np.dtype(values.typecode))
         set_at = np.flatnonzero(view)
         del view                                # the array cannot shrink while exported
-        allowed = len(set_at) // 8
+        allowed = max(len(set_at) // 8, _REBASE_MOVES)
         cut = int(set_at[allowed]) if allowed < len(set_at) else len(values)
         if 2 * cut < len(values):
             return False
