@@ -91,18 +91,32 @@ class RecomputeClassifier:
         owner = instance + 1
         code = (owner << _TIER_BITS) | (1 + tier_index)
         first = self._layers[0]
-        values = first.values
+        values, base = first.values, first.base
+        size = len(values)
+        added = 0
         spill = None
         for key in keys:
-            i = key - first.base
-            if 0 <= i < len(values) and values[i] >> _TIER_BITS == owner:
-                values[i] = code              # the same owner again: the common case, inline
-                continue
-            held = first.get(key)
-            if not held or held >> _TIER_BITS == owner:
-                first.set(key, code)
-                values = first.values
-                continue
+            # The first layer's array, inline (the common cases: a key lost for the first time,
+            # or again by the same instance).
+            i = key - base
+            if 0 <= i < size:
+                held = values[i]
+                if not held:
+                    values[i] = code
+                    added += 1
+                    continue
+                if held >> _TIER_BITS == owner:
+                    values[i] = code
+                    continue
+            else:
+                held = first.get(key)
+                if not held or held >> _TIER_BITS == owner:
+                    first.count += added      # set() may re-base, which reads the count
+                    added = 0
+                    first.set(key, code)
+                    values, base = first.values, first.base
+                    size = len(values)
+                    continue
             for layer in self._layers[1:]:
                 held = layer.get(key)
                 if not held or held >> _TIER_BITS == owner:
@@ -117,6 +131,7 @@ class RecomputeClassifier:
                     if spill is None:
                         spill = self._spill.setdefault(instance, {})
                     spill[key] = 1 + tier_index
+        first.count += added
         if len(first) > self._purge_at and self.key_horizon is not None:
             self._purge()
 
@@ -144,15 +159,25 @@ class RecomputeClassifier:
     def _tiers_lost(self, instance: int, keys: list[int]) -> list[int]:
         """For each of ``keys``: 1 + the tier ``instance`` lost it from, or 0 if it never did."""
         owner = instance + 1
-        layers = self._layers
+        first, *later = self._layers
+        values, base = first.values, first.base
+        size = len(values)
         spill = self._spill.get(instance) or {}
         out = []
         for key in keys:
+            i = key - base
+            held = values[i] if 0 <= i < size else first.get(key)
+            if not held:
+                out.append(0)                  # later layers hold a key only if the first does
+                continue
+            if held >> _TIER_BITS == owner:
+                out.append(held & 0xFF)
+                continue
             tier = 0
-            for layer in layers:
+            for layer in later:
                 held = layer.get(key)
                 if not held:
-                    break                      # later layers hold the key only if this one does
+                    break
                 if held >> _TIER_BITS == owner:
                     tier = held & 0xFF
                     break

@@ -70,6 +70,8 @@ class KvIndexer:
                     added += 1
                 values[i] = mask | bit
             else:
+                word.count += added           # set() may re-base, which reads the count
+                added = 0
                 word.set(key, word.get(key) | bit)
                 values, base = word.values, word.base
                 size = len(values)
