@@ -55,7 +55,8 @@ class DisaggregatedCluster:
                                 self.timers[role][0], block_tokens, serving.batch_requests(), serving.batch_tokens(),
                                 on_finish=on_finish, check_invariants=check_invariants,
                                 kv_rule=make_kv_admission(serving, block_tokens), preemption=serving.preemption,
-                                long_prefill_tokens=serving.long_prefill_token_threshold)
+                                long_prefill_tokens=serving.long_prefill_token_threshold,
+                                mixed_prefill=serving.mixes_prefill())
                 for index in range(pool.hardware.instances)]
 
     @property
