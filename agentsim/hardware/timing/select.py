@@ -112,7 +112,8 @@ def roofline_timer(scenario) -> RooflineTimer:
     else:
         peak = hw.dense_flops_per_gpu
     return RooflineTimer(
-        active_params=model.active_params, total_params=model.total_params, bytes_per_param=model.bytes_per_param,
+        active_params=model.active_params, total_params=model.total_params,
+        bytes_per_param=scenario.weights_bytes() / model.total_params,  # at the serving precision
         attn_coeff=model.attn_coeff,
         decode_attn_coeff=model.decode_attn_coeff if model.decode_attn_coeff is not None else model.attn_coeff,
         kv_bytes_per_token=model.kv_bytes_per_token, flops_per_s=gpus * peak * hw.mfu_prefill,
