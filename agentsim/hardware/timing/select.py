@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from agentsim.errors import InputError
 from agentsim.hardware.timing.deployment import Deployment, canonical_model
 from agentsim.hardware.timing.precision_fallback import nearest_precision
-from agentsim.hardware.timing.roofline import ENGINE_OVERHEAD_S, RooflineTimer
+from agentsim.hardware.timing.roofline import (ENGINE_OVERHEAD_S, KERNEL_FLOOR_S_PER_LAYER, MOE_GEMM_EFFICIENCY,
+                                              RooflineTimer)
 from agentsim.hardware.timing.tables import StepTables, TimingDataUnavailable, load_or_build
 from agentsim.hardware.timing.tabulated import TabulatedTimer
 
@@ -120,7 +121,8 @@ def roofline_timer(scenario) -> RooflineTimer:
         bytes_per_s=gpus * hw.hbm_bandwidth_bytes_per_s * hw.mbu_decode, chunk_tokens=serving.batch_tokens(),
         routed_experts=model.routed_experts, experts_per_token=model.experts_per_token, layers=model.layers,
         hidden_size=model.hidden_size, tp=tp, link_bytes_per_s=hw.nvlink_bytes_per_s,
-        overhead_s=ENGINE_OVERHEAD_S[serving.engine])
+        overhead_s=ENGINE_OVERHEAD_S[serving.engine], layer_floor_s=KERNEL_FLOOR_S_PER_LAYER,
+        moe_efficiency=MOE_GEMM_EFFICIENCY)
 
 
 def _why_not_measured(scenario) -> str | None:
