@@ -151,7 +151,8 @@ class Simulation:
                 serving.batch_requests(), serving.batch_tokens(),
                 on_finish=self._on_finish, check_invariants=scenario.run.check_invariants,
                 kv_rule=make_kv_admission(serving, self.block_tokens), preemption=serving.preemption,
-                long_prefill_tokens=serving.long_prefill_token_threshold, **extra,
+                long_prefill_tokens=serving.long_prefill_token_threshold,
+                mixed_prefill=serving.mixes_prefill(), **extra,
             ))
         if self.hierarchy is not None and self.disaggregated is None:
             self.hierarchy.connect_peers(self.instances)

@@ -63,7 +63,7 @@ class ServingInstance:
                  on_finish: Callable[[LLMRequest], None], check_invariants: bool = False,
                  links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None,
                  tiers_config=None, kv_rule: KvAdmissionRule | None = None, preemption: str = "recompute",
-                 long_prefill_tokens: int | None = None):
+                 long_prefill_tokens: int | None = None, mixed_prefill: bool = True):
         self.env = env
         self.instance_id = instance_id
         self.cache = cache
@@ -73,6 +73,9 @@ class ServingInstance:
         self.chunk_tokens = prefill_chunk_tokens
         #: Cap on one request's share of an iteration's budget while others prefill too (0: none).
         self.long_prefill_tokens = long_prefill_tokens or 0
+        #: False: an iteration with prefill chunks is a prefill-only batch and the decoding
+        #: requests wait it out (SGLang's scheduler); True: they take their step in it.
+        self.mixed_prefill = mixed_prefill
         self.on_finish = on_finish
         self.check_invariants = check_invariants
         self.waiting: deque[LLMRequest] = deque()
@@ -374,7 +377,8 @@ class ServingInstance:
     def _prefill_iteration(self, prefilling: list[Running], cost: StepTimer):
         env = self.env
         decoding = self.batch.decoding
-        n_decoding = decoding.count
+        # The decoding requests step with the chunks only in a mixed iteration.
+        n_decoding = decoding.count if self.mixed_prefill else 0
         budget = self.chunk_tokens - n_decoding
         if not budget > 1:  # max(1, budget)
             budget = 1
@@ -400,9 +404,9 @@ class ServingInstance:
         self.busy_s += duration
         self.iterations += 1
         now = env.now
-        decoding.clock += 1  # the decoding requests' step; those finishing prefill now join after it
         prefill_done = False
         if n_decoding:
+            decoding.clock += 1  # the decoding requests' step; those finishing prefill now join after it
             self.kv_rule.on_decode_steps(1)
         for state, n in chunks:
             state.prefill_left -= n
