@@ -119,6 +119,19 @@ def test_exclusive_dram_under_pressure_with_demote(eviction):
                                     "write_policy": "write_back"}, disk, seed=seed, on_tool_call="demote"))
 
 
+def test_exclusive_dram_takes_no_copy_of_a_block_an_inclusive_disk_holds():
+    """Regression: an HBM victim already on an inclusive disk tier (it had been loaded back
+    from there) was demoted into the exclusive DRAM tier as well, leaving DRAM and disk both
+    holding it (lru HBM 0.3GB, exclusive DRAM 0.3GB, inclusive disk 1GB, 3 agents, seed 0)."""
+    data = _regression("lru", {"capacity_bytes": "0.3GB", "eviction": "lru", "inclusive": False,
+                               "write_policy": "write_back"},
+                       {"capacity_bytes": "1GB", "eviction": "lru", "inclusive": True}, seed=0)
+    data["hardware"].update(instances=1, kv_capacity_bytes="0.3GB")
+    data["workload"]["agent_classes"]["coding"]["arrival"]["concurrent"] = 3
+    data["duration_s"], data["serving"]["max_batch_requests"] = 8, 2
+    _run(data)
+
+
 @pytest.mark.parametrize("prefetch,on_tool_call", [("none", "keep"), ("none", "demote"), ("wait_complete", "keep")])
 def test_exclusive_dram_over_inclusive_disk_keeps_one_copy(prefetch, on_tool_call):
     """Regression, the hypothesis space's failing case (lru HBM 0.3GB, exclusive DRAM 0.3GB,
