@@ -523,7 +523,10 @@ class TieredCache(TierStaging):
                 in_tier = sum(1 for child in node.children.values() if child.entries[t] is not None)
                 if node.tier_children[t] != in_tier:
                     raise InvariantViolation(f"{node!r}: {node.tier_children[t]} children counted in tier {t}, {in_tier} there")
-            exclusive_copies = sum(1 for t, e in enumerate(node.entries) if e is not None and t > 0 and not self.tiers[t].inclusive)
+            # A copy pinned by a transfer (io_ref: a prefetch staging it, a load reading it) may
+            # stand beside another until the pin goes (_release_io frees it then).
+            exclusive_copies = sum(1 for t, e in enumerate(node.entries)
+                                   if e is not None and t > 0 and not self.tiers[t].inclusive and not e.io_ref)
             if exclusive_copies and sum(1 for e in node.entries if e is not None) > 1 and not node.loading:
                 raise InvariantViolation(f"{node!r} resident in an exclusive tier and another tier")
         for tier in self.tiers:
