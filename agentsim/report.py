@@ -9,7 +9,7 @@
   the slowest requests;
 * a **sweep** directory (``sweep.json`` / ``results.parquet``) or a **plan** directory
   (``plan.json``; runs under ``cells/``): each cell's deployment, the cells' latency CDFs, hit ratio against capacity
-  per policy with the Belady bound, cost against SLA attainment, metrics against each numeric
+  per policy with the upper bound, cost against SLA attainment, metrics against each numeric
   axis, recomputation by gap per cell, plus the per-cell statistics (mean ± 95% CI, in units),
   the per-agent-class figures per cell and paired differences.
 
@@ -370,13 +370,14 @@ def _sweep_report(directory: Path, b: _Builder, kind: str) -> Report:
     if capacities > 1 or policies > 1:
         replay = "policy_replay_hit_ratio" in ok and pd.to_numeric(ok.policy_replay_hit_ratio, errors="coerce").notna().any()
         if replay:
-            b.figure("hit_ratio_vs_capacity_replay", "Hit ratio against capacity, with the Belady bound",
-                     "Cache-only replay of each run's own request stream (blocks) with the run's policy, and Belady's "
-                     "offline optimum on the same stream: the gap between a policy and the dashed line is its headroom.",
+            b.figure("hit_ratio_vs_capacity_replay", "Hit ratio against capacity, with the upper bound",
+                     "Cache-only replay of each run's own request stream (blocks) with the run's policy; dashed, the "
+                     "hit ratio no policy can exceed on the same stream (a proven bound), whose gap to a policy is "
+                     "its headroom; dotted, the offline Belady heuristic, which is not a bound.",
                      lambda: plots.hit_ratio_vs_capacity(ok, hit="policy_replay_hit_ratio"))
         b.figure("hit_ratio_vs_capacity", "Hit ratio against capacity (timed runs)",
-                 "Token hit ratio of the timed runs (mean and 95% CI over seeds) per policy. The Belady line is the "
-                 "replay bound in blocks, drawn for orientation.",
+                 "Token hit ratio of the timed runs (mean and 95% CI over seeds) per policy. The replay's block "
+                 "bounds are not comparable with it and are left out.",
                  lambda: plots.hit_ratio_vs_capacity(ok, hit="hit_ratio"))
     else:
         b.skipped.append("hit ratio vs capacity: the sweep varies neither the policy nor the HBM capacity")

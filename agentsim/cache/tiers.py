@@ -61,6 +61,8 @@ class TieredCache(TierStaging):
                                    spec.write_through_hits, spec.inclusive))
         for tier in self.tiers:
             self.root.entries[tier.index] = tier.root_entry
+        #: Index of the host tier (``TierSpec.host``), which prefetches stage into; None if none.
+        self.staging_tier: int | None = next((i for i, spec in enumerate(lower, start=1) if spec.host), None)
         self.on_transfer = on_transfer
         self.policy = policy
         self.dropped_blocks = 0          # blocks that left the tree (resident nowhere)
@@ -296,11 +298,9 @@ class TieredCache(TierStaging):
             self._split(node, len(node.keys) - n_blocks)
         t = self.tiers[tier]
         nxt = tier + 1
-        # An exclusive tier takes a demoted block only if no other tier still holds it: not a tier
-        # above (a DRAM victim that HBM still holds) and not one below (an HBM victim that an
-        # inclusive disk tier already holds is safe there); a copy would make two.
+        # An exclusive tier takes no copy of a block another tier keeps (_held_elsewhere).
         demote = (nxt < self.n_tiers and node.entries[nxt] is None and self.tiers[nxt].write_policy == "write_back"
-                  and (self.tiers[nxt].inclusive or self._held_only_by(node, tier)))
+                  and not self._held_elsewhere(node, nxt, tier))
         if demote:
             if self._write(node, nxt, now_s):
                 self.demoted_blocks[nxt] += len(node.keys)
@@ -315,11 +315,6 @@ class TieredCache(TierStaging):
                 t.policy.on_candidate(parent.entries[0])
         if self.merge_runs:
             self._merge_around(node)
-
-    @staticmethod
-    def _held_only_by(node: TNode, tier: int) -> bool:
-        """Whether no tier but ``tier`` holds ``node``'s blocks."""
-        return all(entry is None for s, entry in enumerate(node.entries) if s != tier)
 
     def _leave(self, node: TNode, t: int, reason: str) -> None:
         tier = self.tiers[t]
@@ -523,8 +518,8 @@ class TieredCache(TierStaging):
                 in_tier = sum(1 for child in node.children.values() if child.entries[t] is not None)
                 if node.tier_children[t] != in_tier:
                     raise InvariantViolation(f"{node!r}: {node.tier_children[t]} children counted in tier {t}, {in_tier} there")
-            # A copy pinned by a transfer (io_ref: a prefetch staging it, a load reading it) may
-            # stand beside another until the pin goes (_release_io frees it then).
+            # An exclusive copy beside another one is allowed only while a transfer pins it (a
+            # load in flight, a prefetch staging into the tier): _release_io frees it with the pin.
             exclusive_copies = sum(1 for t, e in enumerate(node.entries)
                                    if e is not None and t > 0 and not self.tiers[t].inclusive and not e.io_ref)
             if exclusive_copies and sum(1 for e in node.entries if e is not None) > 1 and not node.loading:

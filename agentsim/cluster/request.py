@@ -73,10 +73,12 @@ class LLMRequest:
     prefill_done_s: float = float("nan")
     prefill_hit_tokens: int = 0
     prefill_computed_tokens: int = 0
+    prefill_tier_hit_tokens: dict = field(default_factory=dict)   # the prefill worker's hits by tier
     decode_hit_tokens: int = 0
     kv_transfer_bytes: float = 0.0
     kv_transfer_s: float = float("nan")
     decode_queue_s: float = float("nan")
+    decode_first_step_s: float = float("nan")   # KV ready -> end of the decode worker's first step (first token)
     # Prefill-ahead (agentsim.engine.prefill_ahead): a background prefill of a tool gap's context,
     # admitted behind live requests and never recorded as a call; with ``keep_pin`` its committed
     # path stays pinned (``held_node``) for the mechanism to release.

@@ -122,18 +122,21 @@ class Simulation:
         # Memory hierarchy below HBM (tiers, links, topology): only when the scenario enables it,
         # so HBM-only runs keep the single-tier cache and its speed.
         tiers = scenario.cache.tiers
-        self.hierarchy = Hierarchy(self.env, scenario) if tiers is not None and tiers.active() else None
         # Disaggregated serving: prefill and decode pools; the decode workers are the instances
-        # the rest of the run sees, and the pools' front takes the router's place.
+        # the rest of the run sees, and the pools' front takes the router's place (it builds the
+        # hierarchy over both pools' workers).
+        self.hierarchy = None
         self.disaggregated = None
         if scenario.serving.disaggregation is not None:
             self.disaggregated = DisaggregatedCluster(self.env, scenario, self._on_finish, scenario.run.check_invariants)
+            self.hierarchy = self.disaggregated.hierarchy
             self.cost, self.timing = self.disaggregated.timers["decode"]
             self.capacity_blocks = self.disaggregated.capacity_blocks["decode"]
             self.instances = self.disaggregated.decode
         else:
             self.cost, self.timing = build_timer(scenario)
             self.capacity_blocks = scenario.kv_capacity_blocks_per_instance()
+            self.hierarchy = Hierarchy(self.env, scenario) if tiers is not None and tiers.active() else None
         for index in range(scenario.hardware.instances if self.disaggregated is None else 0):
             extra = {}
             if self.hierarchy is not None:
@@ -148,9 +151,10 @@ class Simulation:
                 serving.batch_requests(), serving.batch_tokens(),
                 on_finish=self._on_finish, check_invariants=scenario.run.check_invariants,
                 kv_rule=make_kv_admission(serving, self.block_tokens), preemption=serving.preemption,
-                long_prefill_tokens=serving.long_prefill_token_threshold, **extra,
+                long_prefill_tokens=serving.long_prefill_token_threshold,
+                mixed_prefill=serving.mixes_prefill(), **extra,
             ))
-        if self.hierarchy is not None:
+        if self.hierarchy is not None and self.disaggregated is None:
             self.hierarchy.connect_peers(self.instances)
         self.router = (make_router(scenario, self.instances, self.env) if self.disaggregated is None
                        else self.disaggregated.front)
@@ -259,7 +263,7 @@ class Simulation:
             requeue_wait_s=request.requeue_wait_s,
             prefill_worker=request.prefill_worker, decode_hit_tokens=request.decode_hit_tokens,
             kv_transfer_bytes=request.kv_transfer_bytes, decode_queue_s=request.decode_queue_s,
-            kv_transfer_s=request.kv_transfer_s,
+            kv_transfer_s=request.kv_transfer_s, decode_first_step_s=request.decode_first_step_s,
             recomputed_cold_tokens=cold, recomputed_evicted_tokens=evicted,
             recomputed_invalidated_tokens=invalidated,
         ))
@@ -416,7 +420,9 @@ class Simulation:
             tables["links"] = self.hierarchy.link_table(simulated_s)
         if self.disaggregated is not None:
             summary.update(self.disaggregated.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))
-            tables["links"] = self.disaggregated.link_table(simulated_s)
+            handoff_ports = self.disaggregated.link_table(simulated_s)
+            tables["links"] = (handoff_ports if self.hierarchy is None
+                               else pd.concat([tables["links"], handoff_ports], ignore_index=True))
         tables.update(self.timeseries.tables())
         # A run stopped early (Ctrl-C, SIGTERM) summarises the requests finished so far.
         summary["complete"] = self.stop_reason is None

@@ -67,6 +67,7 @@ class RequestRecord:
     kv_transfer_bytes: float = 0.0
     decode_queue_s: float = float("nan")
     kv_transfer_s: float = float("nan")
+    decode_first_step_s: float = float("nan")
     # Recomputed prompt tokens (prompt - hit) by why they were not hits; they sum to
     # recomputed_tokens (agentsim.engine.recompute): never cached on this instance, lost to an
     # eviction or TTL expiry, invalidated by a history rewrite.

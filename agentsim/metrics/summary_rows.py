@@ -24,6 +24,7 @@ BREAKDOWNS: dict[str, tuple[str, str]] = {
     "recomputed_tokens_by_gap": ("recomputed tokens by gap (tokens)", "tokens"),
     "recomputed_tokens_evicted_by_tier": ("recomputed tokens lost to eviction, by tier (tokens)", "tokens"),
     "queue_wait_share_by_cause": ("queue wait share by cause (fraction of queue time)", "fraction"),
+    "kv_transfer_bytes_by_link_kind": ("prefill-to-decode KV transfer by link kind", "bytes"),
 }
 
 #: Summary keys never shown as rows (wall-clock time is not a result of the scenario).
