@@ -88,7 +88,7 @@ def check_pools(scenario) -> None:
                          "serving (a decode worker receives its KV from the prefill worker): remove one of them")
     if scenario.serving.sticky_sessions:
         raise FieldError(("serving", "disaggregation"), "serving.sticky_sessions is not supported with disaggregation")
-    weights_bytes = scenario.model.total_params * scenario.model.bytes_per_param
+    weights_bytes = scenario.weights_bytes()
     block_bytes = scenario.cache.block_tokens * scenario.model.kv_bytes_per_token
     for role in ("prefill", "decode"):
         pool = pool_scenario(scenario, role)

@@ -19,6 +19,7 @@ from agentsim.config.distributions import DistributionSpec, require_support_at_l
 from agentsim.config.disaggregation import DisaggregationConfig, check_pools  # noqa: F401
 from agentsim.config.base import PolicyRef, Strict  # noqa: F401  (re-exported: the scenario's parts)
 from agentsim.config.serving import Parallelism, Precision, ServingConfig  # noqa: F401  (re-exported)
+from agentsim.config.weights import weights_bytes
 
 
 def check_output_name(value: str) -> str:
@@ -450,7 +451,7 @@ class Scenario(Strict):
     def _cross_checks(self):
         if self.serving.disaggregation is None and (problem := self.hardware.racks_problem()) is not None:
             raise problem
-        weights_bytes = self.model.total_params * self.model.bytes_per_param
+        weights_bytes = self.weights_bytes()
         hbm_total = self.hardware.hbm_bytes_per_gpu * self.hardware.gpus_per_instance
         if self.hardware.kv_capacity_bytes is None:
             free = hbm_total * (1 - self.hardware.hbm_reserve_fraction) - weights_bytes
@@ -490,8 +491,12 @@ class Scenario(Strict):
         if self.hardware.kv_capacity_bytes is not None:
             return self.hardware.kv_capacity_bytes
         hbm_total = self.hardware.hbm_bytes_per_gpu * self.hardware.gpus_per_instance
-        weights_bytes = self.model.total_params * self.model.bytes_per_param
-        return hbm_total * (1 - self.hardware.hbm_reserve_fraction) - weights_bytes
+        return hbm_total * (1 - self.hardware.hbm_reserve_fraction) - self.weights_bytes()
+
+    def weights_bytes(self) -> float:
+        """Bytes of model weights one instance holds, at the serving precision (see
+        :func:`agentsim.config.weights.weights_bytes`)."""
+        return weights_bytes(self.model, self.serving.precision)
 
     def kv_capacity_blocks_per_instance(self) -> int:
         return int(self.kv_capacity_bytes_per_instance() // (self.cache.block_tokens * self.model.kv_bytes_per_token))

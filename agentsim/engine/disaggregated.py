@@ -83,7 +83,8 @@ class DisaggregatedCluster:
             out.append(ServingInstance(env, index, cache, self.timers[role][0], block_tokens, serving.batch_requests(),
                                        serving.batch_tokens(), on_finish=on_finish, check_invariants=check_invariants,
                                        kv_rule=make_kv_admission(serving, block_tokens), preemption=serving.preemption,
-                                       long_prefill_tokens=serving.long_prefill_token_threshold, **extra))
+                                       long_prefill_tokens=serving.long_prefill_token_threshold,
+                                       mixed_prefill=serving.mixes_prefill(), **extra))
         return out
 
     @property

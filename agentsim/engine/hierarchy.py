@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import simpy
 
-from agentsim.hardware.tier_kinds import tier_names
+from agentsim.hardware.tier_kinds import host_tier, tier_names
 from agentsim.hardware.topology import build_topology, tier_capacity_bytes
 
 
@@ -44,10 +44,12 @@ class Hierarchy:
 
         sized_by = hardware_scenario if hardware_scenario is not None else self.scenario
         lower = []
-        for name, cfg in self.config.enabled_tiers():
+        enabled = self.config.enabled_tiers()
+        host = host_tier([name for name, _ in enabled])
+        for name, cfg in enabled:
             capacity = int(tier_capacity_bytes(sized_by, name, cfg, self.topology, instance) // self.block_bytes)
             lower.append(TierSpec(name, max(1, capacity), policy(cfg.eviction), cfg.write_policy,
-                                  cfg.write_through_hits, cfg.inclusive))
+                                  cfg.write_through_hits, cfg.inclusive, host=name == host))
         cache = TieredCache(hbm_capacity_blocks, policy(self.scenario.cache.eviction), lower, name="hbm")
         self.caches.append(cache)
         return cache

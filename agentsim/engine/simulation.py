@@ -22,6 +22,7 @@ from agentsim.cluster.routers import make_router
 from agentsim.engine.disaggregated import DisaggregatedCluster
 from agentsim.engine.hierarchy import Hierarchy, load_breakdown
 from agentsim.engine.agents import AgentDriver
+from agentsim.engine.run_warnings import kv_capacity_warning
 from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecord, TierHitRecord, with_tier_hit_columns
 from agentsim.engine.economics import economics_summary
 from agentsim.metrics.summary import summarize_requests
@@ -150,7 +151,8 @@ class Simulation:
                 serving.batch_requests(), serving.batch_tokens(),
                 on_finish=self._on_finish, check_invariants=scenario.run.check_invariants,
                 kv_rule=make_kv_admission(serving, self.block_tokens), preemption=serving.preemption,
-                long_prefill_tokens=serving.long_prefill_token_threshold, **extra,
+                long_prefill_tokens=serving.long_prefill_token_threshold,
+                mixed_prefill=serving.mixes_prefill(), **extra,
             ))
         if self.hierarchy is not None and self.disaggregated is None:
             self.hierarchy.connect_peers(self.instances)
@@ -258,6 +260,7 @@ class Simulation:
             preempted_recompute_tokens=request.preempted_recompute_tokens,
             queue_slot_s=request.queue_slot_s, queue_kv_s=request.queue_kv_s, queue_load_s=request.queue_load_s,
             queue_step_s=request.queue_step_s, queue_chunk_s=request.queue_chunk_s,
+            requeue_wait_s=request.requeue_wait_s,
             prefill_worker=request.prefill_worker, decode_hit_tokens=request.decode_hit_tokens,
             kv_transfer_bytes=request.kv_transfer_bytes, decode_queue_s=request.decode_queue_s,
             kv_transfer_s=request.kv_transfer_s, decode_first_step_s=request.decode_first_step_s,
@@ -389,7 +392,9 @@ class Simulation:
             "timing_source": self.timing.source,
             "timing_reason": self.timing.reason,
             "timing_deployment": self.timing.deployment,
-            "deployment": deployment_summary(scenario, self.instances, self.timing),
+            "deployment": deployment_summary(scenario, self.instances, self.timing, pool_timings=(
+                {role: timer for role, (_cost, timer) in self.disaggregated.timers.items()}
+                if self.disaggregated is not None else None)),
             "simulated_s": simulated_s,
             "wall_s": wall_s,
             "simulated_requests_per_wall_s": len(requests) / wall_s if wall_s > 0 else math.inf,
@@ -406,6 +411,8 @@ class Simulation:
             # A trace replay has no tool gaps whose output could stream in ahead of the call.
             summary["prefill_ahead"] = f"{scenario.serving.prefill_ahead.name} (not applied: the workload has no agent tool gaps)"
         summary["recomputed_tokens_evicted_by_tier"] = dict(self.recompute.evicted_by_tier_tokens)
+        # Too little KV for one request at the context limit (a trace's prompts have no such limit).
+        summary["kv_capacity_warning"] = kv_capacity_warning(scenario) if isinstance(self.driver, AgentDriver) else None
         summary["recompute_record_bytes"] = self.recompute.state_bytes()
         tables = {"requests": requests, "occupancy": occupancy}
         if self.hierarchy is not None:

@@ -5,7 +5,7 @@ cannot live in ``config/``)."""
 from __future__ import annotations
 
 from agentsim.errors import did_you_mean
-from agentsim.hardware.tier_kinds import TIER_KINDS, link_endpoints, lower_tier_names, tier_names
+from agentsim.hardware.tier_kinds import TIER_KINDS, host_tier, link_endpoints, lower_tier_names, tier_names
 from agentsim.hardware.topology import Topology, place, place_pools, tier_capacity_bytes
 
 
@@ -60,11 +60,12 @@ def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
         for name, cfg in tiers.lower_tiers():
             if cfg.enabled and name not in order:
                 return f"tier {name!r} is configured but missing from order {shown}", base + ("order",)
-        for staging in dict.fromkeys(TIER_KINDS[n].stages_through for n in order if n in TIER_KINDS):
-            if staging is not None and staging in order and order[0] != staging:
-                staged = " and ".join(n for n in lower_names if TIER_KINDS[n].stages_through == staging)
-                return (f"tiers in the wrong order {shown}: {staging} must be the first tier below HBM "
-                        f"({staged} hits are staged through {staging.upper()}); e.g. [{staging}, {order[0]}]"), base + ("order",)
+        # Hits of the kinds staged through host memory go through the host tier: it comes first.
+        host = host_tier([n for n in order if getattr(tiers, n).enabled])
+        if host is not None and order[0] != host and any(TIER_KINDS[n].stages_through for n in order if n in TIER_KINDS):
+            staged = " and ".join(n for n in lower_names if TIER_KINDS[n].stages_through)
+            return (f"tiers in the wrong order {shown}: {host} must be the first tier below HBM "
+                    f"({staged} hits are staged through {host.upper()}); e.g. [{host}, {order[0]}]"), base + ("order",)
     block_bytes = scenario.cache.block_tokens * scenario.model.kv_bytes_per_token
     placed = _placed(scenario)
     shape = Topology([p for _, p in placed], [])
@@ -97,9 +98,10 @@ def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
                         f"has for it ({physical / 1e12:.4g} TB per instance: {kind.description}); lower "
                         "capacity_bytes or change the hardware section"), base + (name, "capacity_bytes")
     enabled = [name for name, _ in tiers.enabled_tiers()]
-    if tiers.prefetch.policy != "none" and (len(enabled) < 2 or enabled[0] != "dram"):
-        return (f"prefetch policy {tiers.prefetch.policy!r} stages disk/remote hits into DRAM: it needs an enabled "
-                f"dram tier and a tier below it (enabled: {', '.join(enabled) or 'none'})"), base + ("prefetch", "policy")
+    if tiers.prefetch.policy != "none" and (len(enabled) < 2 or enabled[0] != host_tier(enabled)):
+        hosts = " or ".join(name for name in lower_names if TIER_KINDS[name].host)
+        return (f"prefetch policy {tiers.prefetch.policy!r} stages disk/remote hits into the host tier: it needs an "
+                f"enabled {hosts} tier and a tier below it (enabled: {', '.join(enabled) or 'none'})"), base + ("prefetch", "policy")
     if tiers.on_tool_call == "demote" and not enabled:
         return "on_tool_call: demote needs an enabled tier below HBM to demote to", base + ("on_tool_call",)
     if tiers.prefetch_before_return and not enabled:

@@ -22,7 +22,9 @@ between tiers, built from the tier kinds (:mod:`agentsim.hardware.tier_kinds`).
   once (the bytes stream through both, so the more contended NIC sets the pace).
 
 Loads: DRAM -> HBM over ``h2d``; disk -> DRAM -> HBM over the tray's NVMe read link then
-``h2d`` (staging through DRAM); remote -> DRAM -> HBM over the store link, the NIC, then ``h2d``.
+``h2d`` (staging through DRAM, the host tier); remote -> DRAM -> HBM over the store link, the
+NIC, then ``h2d``. With another host tier (a kind with ``host``) disk and remote loads end with
+its load links instead of ``h2d``.
 Copies down: HBM -> DRAM over ``d2h``; DRAM -> disk over the NVMe write link; to remote over the
 store link (the NIC without one). Each of these is a field of a tier kind, not code here.
 """
@@ -35,16 +37,20 @@ from dataclasses import dataclass, field
 import simpy
 
 from agentsim.hardware.links import Link
-from agentsim.hardware.tier_kinds import TIER_KINDS, link_endpoints
+from agentsim.hardware.tier_kinds import TIER_KINDS, host_tier, link_endpoints
 
 
 class InstanceLinks:
     """The links one instance's transfers use (some shared with other instances), by role
     (``h2d``, ``d2h``, ``nvlink_in``, ``nic``, ``nvme_read``, ``nvme_write``, ``store``, or a
-    registered kind's own); a role is also an attribute (``links.h2d``), None if not built."""
+    registered kind's own); a role is also an attribute (``links.h2d``), None if not built.
+    ``host_tier``: the hierarchy's host tier (:func:`~agentsim.hardware.tier_kinds.host_tier`),
+    which loads from the kinds below it stage through; None: none is configured."""
 
-    def __init__(self, **links_by_role: Link | None):
+    def __init__(self, host_tier: str | None = None, **links_by_role: Link | None):
         self.by_role: dict[str, Link | None] = dict(links_by_role)
+        self.host_tier = host_tier
+        self._load_roles: dict[str, tuple[str, ...]] = {}
 
     def __getattr__(self, role: str) -> Link | None:
         by_role = self.__dict__.get("by_role")
@@ -53,10 +59,28 @@ class InstanceLinks:
         return by_role.get(role)
 
     def load_path(self, tier_name: str) -> list[Link]:
-        """Links crossed, in order, to bring a block from ``tier_name`` into HBM."""
+        """Links crossed, in order, to bring a block from ``tier_name`` into HBM: the kind's own
+        hops, then, for a kind staged through host memory, the host tier's (or, with none
+        configured, the ``stages_through`` kind's) load links."""
+        roles = self._load_roles.get(tier_name)
+        if roles is None:
+            kind = TIER_KINDS.get(tier_name)
+            if kind is None or not kind.load_links:
+                raise ValueError(f"no load path from tier {tier_name!r}")
+            roles = kind.load_links
+            via = (self.host_tier or kind.stages_through) if kind.stages_through is not None else None
+            if via is not None and via != tier_name:
+                roles = roles + TIER_KINDS[via].load_links
+            self._load_roles[tier_name] = roles
+        by_role = self.by_role
+        return [by_role[role] for role in roles if by_role.get(role) is not None]
+
+    def staging_path(self, tier_name: str) -> list[Link]:
+        """Links a prefetch crosses to stage a block of ``tier_name`` into the host tier (the
+        kind's own hops, without the host tier's into HBM)."""
         kind = TIER_KINDS.get(tier_name)
-        if kind is None or not kind.load_links:
-            raise ValueError(f"no load path from tier {tier_name!r}")
+        if kind is None or kind.stages_through is None:
+            raise ValueError(f"tier {tier_name!r} is not staged through a host tier")
         by_role = self.by_role
         return [by_role[role] for role in kind.load_links if by_role.get(role) is not None]
 
@@ -214,6 +238,7 @@ def build_topology(env: simpy.Environment, scenario, placements: list[Placement]
     if placements is None:
         placements = place(hw.instances, g, hw.gpus_per_tray, hw.nvlink_domain_gpus, hw.racks)
     tiers = scenario.cache.tiers
+    host = host_tier([name for name, _ in tiers.enabled_tiers()]) if tiers is not None else None
     overrides = link_overrides(tiers)
     all_links: dict[str, Link] = {}
     specs = [(spec, _enabled_tier(tiers, kind.name)) for kind in TIER_KINDS.values() for spec in kind.links]
@@ -233,7 +258,7 @@ def build_topology(env: simpy.Environment, scenario, placements: list[Placement]
         if p.tray not in trays:
             trays[p.tray] = {spec.role: make(spec, cfg, tray=p.tray) for spec, cfg in specs if spec.scope == "tray"}
         own = {spec.role: make(spec, cfg, p.gpus or g, instance=p.instance) for spec, cfg in specs if spec.scope == "instance"}
-        links.append(InstanceLinks(**{**own, **trays[p.tray], **shared}))
+        links.append(InstanceLinks(host, **{**own, **trays[p.tray], **shared}))
     return Topology(placements, links, all_links)
 
 

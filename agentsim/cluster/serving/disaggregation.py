@@ -195,7 +195,9 @@ class DisaggregatedServing:
                 self.on_rejected(call)
             return
         call.prefill_worker = leg.instance
-        call.admitted_s = leg.admitted_s           # TTFT's queue part is the prefill queue
+        call.admitted_s = leg.admitted_s           # TTFT's queue part is the prefill queue, and its causes
+        call.queue_slot_s, call.queue_kv_s = leg.queue_slot_s, leg.queue_kv_s
+        call.queue_load_s, call.queue_step_s = leg.queue_load_s, leg.queue_step_s
         call.prefill_done_s = leg.first_token_s
         call.prefill_hit_tokens = leg.hit_tokens
         call.prefill_computed_tokens = leg.prefilled_tokens

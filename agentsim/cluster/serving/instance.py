@@ -63,7 +63,7 @@ class ServingInstance:
                  on_finish: Callable[[LLMRequest], None], check_invariants: bool = False,
                  links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None,
                  tiers_config=None, kv_rule: KvAdmissionRule | None = None, preemption: str = "recompute",
-                 long_prefill_tokens: int | None = None):
+                 long_prefill_tokens: int | None = None, mixed_prefill: bool = True):
         self.env = env
         self.instance_id = instance_id
         self.cache = cache
@@ -73,6 +73,9 @@ class ServingInstance:
         self.chunk_tokens = prefill_chunk_tokens
         #: Cap on one request's share of an iteration's budget while others prefill too (0: none).
         self.long_prefill_tokens = long_prefill_tokens or 0
+        #: False: an iteration with prefill chunks is a prefill-only batch and the decoding
+        #: requests wait it out (SGLang's scheduler); True: they take their step in it.
+        self.mixed_prefill = mixed_prefill
         self.on_finish = on_finish
         self.check_invariants = check_invariants
         self.waiting: deque[LLMRequest] = deque()
@@ -111,7 +114,9 @@ class ServingInstance:
                            "shared_store_hit_blocks": 0}
         if self.tiered and tiers_config is not None and links is not None:
             names = [tier.name for tier in cache.tiers]
-            if tiers_config.prefetch.policy != "none" and len(names) > 2 and names[1] == "dram":
+            # Prefetch stages the hits of tiers below the host tier into it: it needs both.
+            staging = cache.staging_tier
+            if tiers_config.prefetch.policy != "none" and staging is not None and len(names) > staging + 1:
                 self.prefetcher = Prefetcher(self, tiers_config.prefetch)
             demote = tiers_config.on_tool_call == "demote" and len(names) > 1
             return_prefetch = bool(tiers_config.prefetch_before_return) and len(names) > 1
@@ -121,8 +126,9 @@ class ServingInstance:
         # Engine-style KV admission: the rule, on-demand growth of decoding requests' blocks
         # and preemption (see kv_admission and kv_growth).
         self.kv_rule = kv_rule if kv_rule is not None else VllmOnDemand(None, block_tokens)
-        self.swap_preemption = (preemption == "swap" and self.tiered and len(cache.tiers) > 1
-                                and cache.tiers[1].name == "dram")
+        # Swap preemption moves a request's KV into the host tier (the first below HBM, where
+        # swap_out_path writes), and needs one.
+        self.swap_preemption = preemption == "swap" and self.tiered and cache.staging_tier == 1
         self.kv_stats = dict.fromkeys(KV_STATS, 0)
         self.growth = KvGrowth(self) if self.kv_rule.grows else None
         if self.growth is not None:
@@ -371,7 +377,8 @@ class ServingInstance:
     def _prefill_iteration(self, prefilling: list[Running], cost: StepTimer):
         env = self.env
         decoding = self.batch.decoding
-        n_decoding = decoding.count
+        # The decoding requests step with the chunks only in a mixed iteration.
+        n_decoding = decoding.count if self.mixed_prefill else 0
         budget = self.chunk_tokens - n_decoding
         if not budget > 1:  # max(1, budget)
             budget = 1
@@ -397,9 +404,9 @@ class ServingInstance:
         self.busy_s += duration
         self.iterations += 1
         now = env.now
-        decoding.clock += 1  # the decoding requests' step; those finishing prefill now join after it
         prefill_done = False
         if n_decoding:
+            decoding.clock += 1  # the decoding requests' step; those finishing prefill now join after it
             self.kv_rule.on_decode_steps(1)
         for state, n in chunks:
             state.prefill_left -= n
