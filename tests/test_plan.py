@@ -194,13 +194,15 @@ TIERED = (SMALL_SCENARIO.replace("name: small", "name: small-tiered")
 
 def test_plan_prices_memory_below_hbm_and_gives_one_answer(tmp_path):
     """DRAM capacity costs per GB-month, so the plan's one answer (the smallest passing DRAM
-    tier) is also the cheapest passing point per hour, and the output names no second answer."""
+    tier) is also the cheapest passing point per hour, and the output names no second answer.
+    The objective sits between the hit ratio with 1 GB of DRAM (0.78) and the plateau from 4 GB
+    on (0.88), so the smallest sizes fail and the larger ones pass."""
     from agentsim.cli import app
 
     scenario = tmp_path / "tiered.yaml"
     scenario.write_text(TIERED)
     out = tmp_path / "plan"
-    result = CliRunner().invoke(app, ["plan", str(scenario), "--slo", "hit_ratio>=0.89",
+    result = CliRunner().invoke(app, ["plan", str(scenario), "--slo", "hit_ratio>=0.85",
                                       "--vary", "cache.tiers.dram.capacity_bytes=1GB..16GB", "--resolution", "1GB",
                                       "--seeds", "1", "--workers", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
