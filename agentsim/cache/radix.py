@@ -84,6 +84,22 @@ def iter_subtree(root):
         stack.extend(node.children.values())
 
 
+def pinned_subtree_blocks(root, counts) -> int:
+    """Blocks of the pinned nodes below ``root`` for which ``counts(node)`` holds. Pins cover
+    whole paths, so the pinned nodes are a subtree at ``root``: no unpinned subtree is walked
+    (engine-style admission asks every scheduling pass, and a long run's tree keeps growing)."""
+    total = 0
+    stack = [child for child in root.children.values() if child.lock_ref > 0]
+    while stack:
+        node = stack.pop()
+        if counts(node):
+            total += len(node.keys)
+        for child in node.children.values():
+            if child.lock_ref > 0:
+                stack.append(child)
+    return total
+
+
 def descend(root, keys: list[int], split) -> tuple:
     """Walk ``keys`` down the tree from ``root``: (deepest matched node, matched blocks).
 
@@ -530,5 +546,5 @@ class RadixCache:
         if self.used_blocks > self.capacity_blocks:
             raise InvariantViolation(f"{self.name}: used {self.used_blocks} blocks > capacity {self.capacity_blocks}")
 
-    def pinned_blocks(self) -> int:
-        return sum(len(node.keys) for node in self.iter_nodes() if node.lock_ref > 0) + self.reserved_blocks
+    def pinned_blocks(self) -> int:  # walks only the pinned subtree
+        return pinned_subtree_blocks(self.root, lambda node: True) + self.reserved_blocks
