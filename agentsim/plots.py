@@ -53,9 +53,14 @@ def _done(requests: pd.DataFrame, warmup_s: float) -> pd.DataFrame:
     return out
 
 
-#: The bound column of each hit-ratio column it may be drawn against (same units and mode):
-#: Belady's replay is block-weighted and cache-only, like ``policy_replay_hit_ratio``.
-BOUND_FOR = {"belady_replay_hit_ratio": ("policy_replay_hit_ratio",)}
+#: The reference columns (the proven upper bound, the Belady heuristic) and the hit-ratio columns
+#: each may be drawn against (same units and mode): both are block-weighted cache-only replays of
+#: the run's stream, like ``policy_replay_hit_ratio``.
+BOUND_FOR = {"upper_bound_replay_hit_ratio": ("policy_replay_hit_ratio",),
+             "belady_replay_hit_ratio": ("policy_replay_hit_ratio",)}
+#: How each reference line is drawn: (legend label, line style, colour).
+REFERENCE_LINES = {"upper_bound_replay_hit_ratio": ("upper bound (no policy exceeds it)", "--", "black"),
+                   "belady_replay_hit_ratio": ("Belady heuristic (offline, not a bound)", ":", "0.45")}
 
 
 def _fmt_s(value: float) -> str:
@@ -227,18 +232,19 @@ def ttft_breakdown(requests: pd.DataFrame, quantile: float = 0.999, min_requests
 # --- cache ----------------------------------------------------------------------------------------
 
 def hit_ratio_vs_capacity(table: pd.DataFrame, capacity: str = "kv_capacity_bytes", hit: str = "hit_ratio",
-                          hue: str | None = "policy", bound: str | None = "belady_replay_hit_ratio",
-                          capacity_scale: float = 1e9, capacity_label: str | None = None,
+                          hue: str | None = "policy", bound: str | None = "upper_bound_replay_hit_ratio",
+                          heuristic: str | None = "belady_replay_hit_ratio", capacity_scale: float = 1e9, capacity_label: str | None = None,
                           title: str | None = None) -> Figure:
-    """Hit ratio against cache capacity, one line per ``hue`` (policy), with the Belady bound.
+    """Hit ratio against cache capacity, one line per ``hue`` (policy), with the upper bound.
 
     ``table`` has one row per run (a sweep's ``results.parquet``, or a cache-only replay table);
-    several seeds per capacity give a 95% confidence band. ``bound`` is the column of the
-    offline optimum at each capacity (its mean is drawn dashed); absent or all-NaN, the line is
-    left out and the figure says so. The bound is drawn only against a hit ratio in its own
-    units (:data:`BOUND_FOR`: Belady's cache-only block replay against
-    ``policy_replay_hit_ratio``); against the timed token hit ratio the figure says why it is
-    left out (a timed ``belady_oracle`` run is that chart's bound). The y axis is zoomed to the
+    several seeds per capacity give a 95% confidence band. ``bound`` is the column of the proven
+    upper bound at each capacity (its mean is drawn dashed; :mod:`agentsim.cache.hit_bound`) and
+    ``heuristic`` that of the Belady heuristic (dotted grey, not a bound); an absent
+    or all-NaN column is left out and the figure says so. Both are drawn only against a hit
+    ratio in their own units (:data:`BOUND_FOR`: cache-only block replays against
+    ``policy_replay_hit_ratio``); against the timed token hit ratio the figure says why they are
+    left out (a timed ``belady_oracle`` run is that chart's reference). The y axis is zoomed to the
     data; the x axis is logarithmic when the capacities span more than a factor 4. Policies have
     the same colour in every figure (:func:`policy_color`).
     """
@@ -252,18 +258,23 @@ def hit_ratio_vs_capacity(table: pd.DataFrame, capacity: str = "kv_capacity_byte
         fig, ax = plt.subplots(figsize=(7.5, 4.8))
         sns.lineplot(data=data, x="_x", y=hit, hue=hue, hue_order=_hue_order(data, hue), style=hue, markers=True,
                      dashes=False, errorbar=("ci", 95), ax=ax, palette=hue_palette(data, hue))
-        note = None
+        notes = []
         shown = list(pd.to_numeric(data[hit], errors="coerce"))
-        if bound and hit not in BOUND_FOR.get(bound, (hit,)):
-            note = (f"no {label(bound).split(' (')[0]} line: it is a cache-only block hit ratio, "
-                    f"not comparable with {hit}")
-        elif bound and bound in data and np.isfinite(pd.to_numeric(data[bound], errors="coerce")).any():
-            opt = data.assign(_b=pd.to_numeric(data[bound], errors="coerce")).groupby("_x")._b.mean().dropna()
-            ax.plot(opt.index, opt.to_numpy(), color="black", ls="--", lw=1.6, marker="*", ms=9,
-                    label="Belady (offline optimum)")
-            shown += list(opt.to_numpy())
-        elif bound:
-            note = "no Belady bound in these results (tiered caches and very long streams skip it)"
+        references = [c for c in (bound, heuristic) if c]
+        if any(hit not in BOUND_FOR.get(c, (hit,)) for c in references):
+            notes.append(f"no {' or '.join(label(c).split(' (')[0] for c in references)} line: cache-only block "
+                         f"hit ratios, not comparable with {hit}")
+            references = []
+        for column in references:
+            name, style, colour = REFERENCE_LINES.get(column, (label(column), "--", "black"))
+            if column in data and np.isfinite(pd.to_numeric(data[column], errors="coerce")).any():
+                ref = data.assign(_b=pd.to_numeric(data[column], errors="coerce")).groupby("_x")._b.mean().dropna()
+                ax.plot(ref.index, ref.to_numpy(), color=colour, ls=style, lw=1.6,
+                        marker="*" if column == bound else None, ms=9, label=name)
+                shown += list(ref.to_numpy())
+            elif column == bound:
+                notes.append("no upper bound in these results (tiered caches and very long streams skip it)")
+        note = "; ".join(notes) or None
         xs = data["_x"].to_numpy(dtype=float)
         if xs.min() > 0 and xs.max() / xs.min() > 4:
             from matplotlib.ticker import FuncFormatter, NullFormatter

@@ -95,17 +95,21 @@ def test_evictions_over_time_rates_from_cumulative_samples():
     plt.close(fig)
 
 
-def test_hit_ratio_vs_capacity_draws_policies_and_belady_bound():
-    # Belady's bound is a cache-only block replay: drawn against the policies' own replay
+def test_hit_ratio_vs_capacity_draws_policies_the_upper_bound_and_the_belady_heuristic():
+    # Both references are cache-only block replays: drawn against the policies' own replay
     table = pd.DataFrame({"kv_capacity_bytes": [10e9, 10e9, 40e9, 40e9], "policy": ["lru", "fifo"] * 2,
-                          "policy_replay_hit_ratio": [0.5, 0.4, 0.8, 0.7], "belady_replay_hit_ratio": [0.6, 0.6, 0.85, 0.85]})
+                          "policy_replay_hit_ratio": [0.5, 0.4, 0.8, 0.7], "belady_replay_hit_ratio": [0.6, 0.6, 0.85, 0.85],
+                          "upper_bound_replay_hit_ratio": [0.65, 0.65, 0.9, 0.9]})
     fig = plots.hit_ratio_vs_capacity(table, hit="policy_replay_hit_ratio")
     ax = fig.axes[0]
-    belady = [line for line in ax.lines if line.get_label() == "Belady (offline optimum)"]
-    assert len(belady) == 1 and list(belady[0].get_ydata()) == [0.6, 0.85] and list(belady[0].get_xdata()) == [10, 40]
+    lines = {line.get_label(): line for line in ax.lines}
+    bound = lines["upper bound (no policy exceeds it)"]
+    assert list(bound.get_ydata()) == [0.65, 0.9] and list(bound.get_xdata()) == [10, 40]
+    assert list(lines["Belady heuristic (offline, not a bound)"].get_ydata()) == [0.6, 0.85]
+    assert not any("optimum" in name for name in lines)  # never called the optimum
     plt.close(fig)
-    fig = plots.hit_ratio_vs_capacity(table.drop(columns=["belady_replay_hit_ratio"]), hit="policy_replay_hit_ratio")
-    assert any("no Belady bound" in t.get_text() for t in fig.axes[0].texts)
+    fig = plots.hit_ratio_vs_capacity(table.drop(columns=["upper_bound_replay_hit_ratio"]), hit="policy_replay_hit_ratio")
+    assert any("no upper bound" in t.get_text() for t in fig.axes[0].texts)
     plt.close(fig)
 
 

@@ -68,9 +68,14 @@ def test_diagnostics_are_in_every_summary_and_headroom_is_consistent(tmp_path):
     reasons = summary["evictions_by_reason_blocks"]
     assert set(reasons) >= {"capacity", "ttl_expiry", "pin_timeout", "pressure_unpin", "mutation", "admission"}
     assert sum(reasons.values()) == summary["evicted_blocks"]
-    # Belady is the optimum of the replay, so the headroom over the policy's replay is >= 0.
-    assert summary["belady_replay_hit_ratio"] >= summary["policy_replay_hit_ratio"]
-    assert summary["belady_headroom"] >= 0
+    # The upper bound is proven above every policy's replay (agentsim.cache.hit_bound), the
+    # Belady heuristic included; its headroom is the bound minus the policy's replay.
+    bound = summary["upper_bound_replay_hit_ratio"]
+    assert bound >= summary["policy_replay_hit_ratio"] and bound >= summary["belady_replay_hit_ratio"]
+    assert summary["upper_bound_headroom"] == pytest.approx(bound - summary["policy_replay_hit_ratio"])
+    assert summary["upper_bound_headroom"] >= 0
+    assert summary["belady_headroom"] == pytest.approx(
+        summary["belady_replay_hit_ratio"] - summary["policy_replay_hit_ratio"])
 
 
 def test_ttl_pin_zero_tau_reproduces_the_base_run_and_pins_fire_otherwise():
@@ -135,14 +140,16 @@ def test_belady_headroom_can_be_switched_off_without_changing_the_run():
     on = run_scenario(load_scenario(REGIMES))
     off = run_scenario(load_scenario(REGIMES, overrides=["run.belady_headroom=false"]))
     assert on.summary["belady_headroom"] is not None and "headroom_replay_wall_s" in on.summary
-    for key in ("belady_headroom", "belady_replay_hit_ratio", "policy_replay_hit_ratio"):
+    for key in ("belady_headroom", "belady_replay_hit_ratio", "policy_replay_hit_ratio",
+                "upper_bound_replay_hit_ratio", "upper_bound_headroom"):
         assert off.summary[key] is None
     assert "headroom_replay_wall_s" not in off.summary
     assert on.summary["belady_headroom_skipped"] is None
     assert off.summary["belady_headroom_skipped"] == "run.belady_headroom is false"
     # Only the replay is skipped: everything the simulation measured is the same.
     skip = {"belady_headroom", "belady_replay_hit_ratio", "policy_replay_hit_ratio", "headroom_replay_wall_s",
-            "belady_headroom_skipped", "wall_s", "simulated_requests_per_wall_s"}
+            "upper_bound_replay_hit_ratio", "upper_bound_headroom", "belady_headroom_skipped", "wall_s",
+            "simulated_requests_per_wall_s"}
     assert {k: v for k, v in on.summary.items() if k not in skip} == \
         {k: v for k, v in off.summary.items() if k not in skip}
     for name, table in on.tables.items():

@@ -138,7 +138,8 @@ def _sweep_like(policies, hits):
     for policy, per_capacity in zip(policies, hits):
         for capacity, hit in zip((20e9, 40e9), per_capacity):
             rows.append({"policy": policy, "kv_capacity_bytes": capacity, "hit_ratio": hit,
-                         "policy_replay_hit_ratio": hit - 0.01, "belady_replay_hit_ratio": 0.97})
+                         "policy_replay_hit_ratio": hit - 0.01, "belady_replay_hit_ratio": 0.97,
+                         "upper_bound_replay_hit_ratio": 0.975})
     return pd.DataFrame(rows)
 
 
@@ -173,15 +174,16 @@ def test_hit_ratio_axis_is_zoomed_to_the_data():
     assert 0.85 < low < 0.93 and 0.94 < high <= 1.002      # 0.93 and 0.94 are far apart on the axis
 
 
-def test_belady_bound_only_in_its_own_units():
+def test_replay_references_only_in_their_own_units():
     from agentsim import plots
 
     table = _sweep_like(["lru"], [(0.93, 0.94)])
     timed = plots.hit_ratio_vs_capacity(table, hit="hit_ratio")        # tokens, timed: no block bound
-    assert not any("Belady" in label for label in _line_colors(timed))
+    assert not any("Belady" in label or "bound" in label for label in _line_colors(timed))
     assert any("not comparable" in t.get_text() for t in timed.axes[0].texts)
     replay = plots.hit_ratio_vs_capacity(table, hit="policy_replay_hit_ratio")
     assert any("Belady" in label for label in _line_colors(replay))
+    assert any("upper bound" in label for label in _line_colors(replay))
 
 
 def test_queue_causes_are_columns_that_add_up(small_scenario_yaml):
@@ -214,7 +216,7 @@ def test_report_slowest_requests_table_fits_1280_px(small_scenario_yaml):
     from agentsim import plots
     from agentsim.engine.loading import load_scenario
     from agentsim.engine.simulation import run_scenario
-    from agentsim.report import slowest_requests_table
+    from agentsim.report_tables import slowest_requests_table
 
     requests = run_scenario(load_scenario(small_scenario_yaml, ["duration_s=1m"])).tables["requests"]
     slow = plots.slowest_requests(requests).head(15)

@@ -184,7 +184,24 @@ def test_cli_replay_weka_reblocked_with_out(tmp_path):
     assert len(table) == 9 and table["hit_blocks"].sum() == summary["hit_blocks"]
 
 
+def test_cli_replay_bound_is_above_every_policy_and_belady():
+    """``--bound``: the hit ratio no policy can exceed (agentsim.cache.hit_bound) beside the policy's."""
+    trace = FIXTURES / "mooncake_head1200.jsonl.gz"
+    bounds = set()
+    for policy in ("lru", "belady", "s3fifo"):
+        proc = run_cli("replay", str(trace), "--capacity-blocks", "400", "--policy", policy, "--bound", "--json")
+        assert proc.returncode == 0, proc.stderr
+        summary = json.loads(proc.stdout)
+        assert summary["hit_ratio"] <= summary["upper_bound_hit_ratio"] <= summary["ideal_hit_ratio"]
+        assert summary["upper_bound_headroom"] == pytest.approx(summary["upper_bound_hit_ratio"] - summary["hit_ratio"])
+        bounds.add(summary["upper_bound_hit_blocks"])
+    assert len(bounds) == 1  # a property of the trace and the capacity, not of the policy
+    plain = json.loads(run_cli("replay", str(trace), "--capacity-blocks", "400", "--json").stdout)
+    assert "upper_bound_hit_ratio" not in plain
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--mode", "open-loop", "--bound"], "--bound applies to the cache-only mode"),
     (["--policy", "lur"], "did you mean 'lru'"),
     (["--format", "mooncak"], "did you mean 'mooncake'"),
     (["--mode", "closed"], "did you mean 'closed-loop'"),

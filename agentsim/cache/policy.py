@@ -68,6 +68,12 @@ class EvictionPolicy:
     #: notifications would change no ranking and the policy applied their other effects itself:
     #: the walk is skipped (its time stamps are already ``now_s``).
     restamp_is_noop = None
+    #: Optional ``victim_tail_blocks(node, want) -> int`` (None: not offered): how many of the
+    #: ``want`` tail blocks of the victim ``node`` :meth:`RadixCache.evict` may take (1 ..
+    #: ``want``) before it asks :meth:`pop_victim` again. For a policy whose rank differs
+    #: along a run (Belady: the blocks nearer the root are used again sooner), so that a
+    #: victim is trimmed only while its tail still ranks as the victim.
+    victim_tail_blocks = None
 
     def __init__(self, params: BaseModel | None = None):
         self.params = params if params is not None else (self.Params() if self.Params else None)

@@ -304,6 +304,7 @@ class RadixCache:
         """Free at least ``n_blocks`` resident blocks; False if not enough are evictable."""
         freed = 0
         policy = self.policy
+        tail_rule = policy.victim_tail_blocks
         while freed < n_blocks:
             victim = policy.pop_victim(now_s)
             if victim is None:
@@ -313,6 +314,8 @@ class RadixCache:
             take = len(victim.keys)
             if take > n_blocks - freed:  # min() with two arguments costs ~10x this test
                 take = n_blocks - freed
+            if tail_rule is not None:
+                take = tail_rule(victim, take)
             self.remove_tail(victim, take, reason)
             freed += take
         return True

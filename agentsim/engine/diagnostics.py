@@ -28,13 +28,17 @@ Added to every run's ``summary.json`` (and the printed table) by the engine:
 * TTL diagnostics against the tier the TTL applies to: ``ttl_s`` (the policy's TTL, or null),
   ``ttl_tier``, ``ttl_tier_characteristic_eviction_time_s`` (that tier's T_C), ``ttl_margin_s
   = ttl_s - that T_C``, and ``ttl_warning`` when the TTL never fired (and why).
-* Belady headroom, from a **cache-only replay of the run's own request stream** (each
+* Headroom, from a **cache-only replay of the run's own request stream** (each
   instance's requests in admission order, matched on their prompt blocks and inserting prompt
-  plus output blocks, no overlap, same HBM capacity): ``belady_replay_hit_ratio`` (offline
-  optimum, its future = the recorded stream), ``policy_replay_hit_ratio`` (the run's policy in
-  the same replay: timers fire at the recorded admission times, no tool events) and
-  ``belady_headroom = belady - policy`` (block-weighted hit ratios, both in the same mode, so
-  the difference is the policy's, not the timing's). In timed runs Belady itself is replay-only
+  plus output blocks, no overlap, same HBM capacity): ``policy_replay_hit_ratio`` (the run's
+  policy in the same replay: timers fire at the recorded admission times, no tool events);
+  ``upper_bound_replay_hit_ratio``, the hit ratio no policy can exceed on that stream
+  (:mod:`agentsim.cache.hit_bound`, a proven bound) and ``upper_bound_headroom = bound - policy``
+  (>= 0 always); ``belady_replay_hit_ratio``, the Belady heuristic (furthest next use over the
+  tree's leaves, its future = the recorded stream; not a proven optimum in prefix mode) and
+  ``belady_headroom = belady - policy`` (nothing proves it >= 0).
+  Block-weighted hit ratios, all in the same mode, so a difference is the policy's, not the
+  timing's. In timed runs Belady itself is replay-only
   (a clairvoyant future depends on the timing the policy creates). Skipped (null) for caches
   with lower tiers, for streams of more than :data:`HEADROOM_MAX_BLOCKS` blocks and when the
   scenario sets ``run.belady_headroom: false`` (the stream is then not kept either); a stream is
@@ -51,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from agentsim.cache.hit_bound import prefix_hit_upper_bound
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.policy import EvictionPolicy
 from agentsim.engine.policy_factory import eviction_policy
@@ -260,6 +265,7 @@ class RunDiagnostics:
 
     def headroom(self) -> dict[str, Any]:
         empty = {"belady_replay_hit_ratio": None, "policy_replay_hit_ratio": None, "belady_headroom": None,
+                 "upper_bound_replay_hit_ratio": None, "upper_bound_headroom": None,
                  "belady_headroom_skipped": self.headroom_skipped}
         if not self.keep_stream:
             return empty
@@ -267,7 +273,7 @@ class RunDiagnostics:
             return {**empty, "belady_headroom_skipped": "no request used the cache"}
         started = time.perf_counter()
         ref = self.scenario.cache.eviction
-        opt_hits = pol_hits = requested = 0
+        opt_hits = pol_hits = bound_hits = requested = 0
         for inst in self.instances:
             stream = sorted(self.streams[inst.instance_id], key=lambda r: (r[0], r[1]))
             if not stream:
@@ -276,6 +282,8 @@ class RunDiagnostics:
             hits, req = replay_stream(stream, capacity, EVICTION_POLICIES.get("belady")())
             opt_hits += hits
             requested += req
+            bound_hits += prefix_hit_upper_bound([prompt for _t, _id, prompt, _total in stream], capacity,
+                                                 [total for _t, _id, _p, total in stream]).hit_blocks
             if ref.name == "belady":
                 pol_hits += hits
             else:
@@ -285,5 +293,7 @@ class RunDiagnostics:
             return {**empty, "belady_headroom_skipped": "no request used the cache"}
         opt = opt_hits / requested
         pol = pol_hits / requested
+        bound = bound_hits / requested
         return {"belady_replay_hit_ratio": opt, "policy_replay_hit_ratio": pol, "belady_headroom": opt - pol,
+                "upper_bound_replay_hit_ratio": bound, "upper_bound_headroom": bound - pol,
                 "belady_headroom_skipped": None, "headroom_replay_wall_s": time.perf_counter() - started}

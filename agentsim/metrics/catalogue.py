@@ -161,6 +161,7 @@ _builtin("queue_kv_mean_s", "  waiting for KV memory (s)", "s")
 _builtin("queue_load_mean_s", "  held by its load from a lower tier (s)", "s")
 _builtin("queue_step_mean_s", "  waiting for the running iteration (s)", "s")
 _builtin("queue_chunk_mean_s", "first prefill chunk wait mean (s)", "s")
+_builtin("requeue_wait_mean_s", "queue wait again after preemption mean (s)", "s")
 _builtin("sla_attainment", "SLA attainment", "fraction", axis="SLA attainment (fraction of requests)")
 _builtin("evicted_blocks", "evicted blocks", "blocks")
 _builtin("gpu_busy_fraction", "GPU busy fraction", "fraction")
@@ -178,11 +179,14 @@ _builtin("pins_created", "TTL-pins created", "count")
 _builtin("pins_honored", "TTL-pins honoured", "count")
 _builtin("pins_timed_out", "TTL-pins timed out", "count")
 _builtin("pins_broken_by_pressure", "TTL-pins broken by pressure", "count")
-_builtin("belady_replay_hit_ratio", "Belady hit ratio (replay, blocks)", "fraction",
-         axis="Belady hit ratio (blocks, replay)")
+_builtin("upper_bound_replay_hit_ratio", "upper bound hit ratio (replay, blocks)", "fraction",
+         axis="upper bound on any policy's hit ratio (blocks, replay)")
+_builtin("belady_replay_hit_ratio", "Belady heuristic hit ratio (replay, blocks)", "fraction",
+         axis="Belady heuristic hit ratio (blocks, replay)")
 _builtin("policy_replay_hit_ratio", "policy hit ratio (replay, blocks)", "fraction",
          axis="hit ratio (blocks, cache-only replay of the run's stream)")
-_builtin("belady_headroom", "Belady headroom", "fraction")
+_builtin("upper_bound_headroom", "headroom to the upper bound", "fraction")
+_builtin("belady_headroom", "Belady heuristic minus policy (not a bound)", "fraction")
 # Engine-style KV admission (docs/serving.md): preemptions and why requests waited.
 _builtin("kv_admission", "KV admission rule", "")
 _builtin("preemptions", "preemptions", "count")
@@ -211,7 +215,7 @@ _builtin("ttft_load_wait_mean_s", "TTFT load mean (s)", "s", table="hierarchy")
 _builtin("ttft_prefill_mean_s", "TTFT prefill mean (s)", "s", table="hierarchy")
 _builtin("ttft_load_wait_p99_s", "TTFT load p99 (s)", "s", table="hierarchy")
 # Disaggregated serving rows (present with serving.disaggregation):
-# TTFT = prefill queue + prefill + decode queue + KV transfer.
+# TTFT = prefill queue + prefill + decode queue + KV transfer + first decode step.
 _builtin("prefill_workers", "prefill workers", "count", table="hierarchy")
 _builtin("decode_workers", "decode workers", "count", table="hierarchy")
 _builtin("prefill_busy_fraction", "prefill GPU busy fraction", "fraction", table="hierarchy")
@@ -219,9 +223,13 @@ _builtin("prefill_busiest_share", "busiest prefill worker (fair shares)", "", ta
 _builtin("ttft_decode_queue_mean_s", "TTFT decode queue mean (s)", "s", table="hierarchy")
 _builtin("ttft_kv_transfer_mean_s", "TTFT KV transfer mean (s)", "s", table="hierarchy")
 _builtin("ttft_kv_transfer_p99_s", "TTFT KV transfer p99 (s)", "s", table="hierarchy")
+_builtin("ttft_decode_first_step_mean_s", "TTFT first decode step mean (s)", "s", table="hierarchy")
+_builtin("racks", "racks", "count", table="hierarchy")
 _builtin("kv_transfer_bytes", "KV handed over (bytes)", "bytes", table="hierarchy")
 _builtin("decode_queue_s", "decode queue wait (s)", "s", table=None, axis="decode queue wait (s)")
 _builtin("kv_transfer_s", "KV transfer (s)", "s", table=None, axis="KV transfer time (s)")
+_builtin("decode_first_step_s", "decode worker's first step (s)", "s", table=None,
+         axis="decode worker's first step (s)")
 # Economics and request-table columns shown on figures' axes.
 _builtin("cost_per_million_tokens_usd", "cost per million tokens (USD)", "USD", table=None,
          axis="GPU cost per million tokens (USD)")
@@ -239,8 +247,9 @@ _builtin("kv_capacity_bytes", "HBM KV capacity", "bytes", table=None, axis="HBM 
 
 # The report's key metrics (compared across a sweep's cells), in its table's order.
 for _key in ("hit_ratio", "ttft_p50_s", "ttft_p99_s", "ttft_p999_s", "e2e_p99_s", "tpot_p99_s", "sla_attainment",
-             "recomputed_tokens", "cost_per_million_tokens_usd", "provider_bill_usd", "belady_replay_hit_ratio",
-             "policy_replay_hit_ratio", "belady_headroom", "characteristic_eviction_time_s"):
+             "recomputed_tokens", "cost_per_million_tokens_usd", "provider_bill_usd", "upper_bound_replay_hit_ratio",
+             "belady_replay_hit_ratio", "policy_replay_hit_ratio", "upper_bound_headroom", "belady_headroom",
+             "characteristic_eviction_time_s"):
     CATALOGUE[_key] = Metric(**{**CATALOGUE[_key].__dict__, "key_metric": True})
     KEY_METRICS.append(_key)
 del _key

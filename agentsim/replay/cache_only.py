@@ -151,7 +151,7 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
                       capacity_fraction: float | None = None, policy: str = "lru",
                       policy_params: dict | None = None, clock: str = "auto",
                       canonical: CanonicalTrace | None = None, check_invariants: bool = False,
-                      record_requests: bool = False) -> CacheOnlyResult:
+                      record_requests: bool = False, bound: bool = False) -> CacheOnlyResult:
     """Replay ``requests`` (already in replay order) through one radix cache; see module docstring.
 
     ``canonical`` may pass a precomputed :func:`canonicalize` of the same requests (it gives the
@@ -196,6 +196,13 @@ def replay_cache_only(requests: list[TraceRequest], *, capacity_blocks: int | No
     if tool_hooks:
         extra.update(tool_starts=stats.tool_starts, tool_ends=stats.tool_ends)
     extra["policy_signals_missing"] = missing_signals(policy, policy_obj, signals)
+    if bound:
+        # Imported here: the bound needs numpy, which a plain cache-only replay does not load.
+        from agentsim.cache.hit_bound import prefix_hit_upper_bound
+
+        upper = prefix_hit_upper_bound([r.block_keys for r in requests], capacity)
+        extra.update(upper_bound_hit_blocks=upper.hit_blocks, upper_bound_hit_ratio=upper.hit_ratio,
+                     upper_bound_headroom=upper.hit_ratio - stats.hit_ratio)
     return CacheOnlyResult(
         policy=policy, capacity_blocks=capacity, block_tokens=block_tokens, requests=len(requests),
         requested_blocks=stats.requested_blocks, hit_blocks=stats.hit_blocks, unique_blocks=unique_blocks,

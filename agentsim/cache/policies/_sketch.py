@@ -2,7 +2,11 @@
 
 4 rows of small saturating counters (cap 15, the 4-bit counters of the paper) indexed by a
 seeded multiplicative hash of the block key; after ``sample_size`` increments every counter
-is halved ("reset"), so the sketch tracks recent frequency. Deterministic: no Python ``hash``
+is halved ("reset"), so the sketch tracks recent frequency. ``sample_size`` counts block
+accesses: a policy that keys a whole run of blocks by one key (all of them are accessed
+together) passes the run's block count as ``accesses``, so the sketch resets after as many
+block accesses as a per-block sketch would (counting one per run, a prefix-mode stream of long
+runs never reached the sample size and the counts saturated). Deterministic: no Python ``hash``
 randomisation is involved (keys are integers, the row seeds are fixed odd constants).
 """
 
@@ -36,7 +40,9 @@ class FrequencySketch:
         return min(r0[key * _S0 >> shift & mask], r1[key * _S1 >> shift & mask],
                    r2[key * _S2 >> shift & mask], r3[key * _S3 >> shift & mask])
 
-    def increment(self, key: int, amount: int = 1) -> None:
+    def increment(self, key: int, amount: int = 1, accesses: int = 1) -> None:
+        """Add ``amount`` to ``key``'s counters (saturating); ``accesses`` block accesses count
+        towards the reset (0 for a count copied to a new key, which is no access)."""
         shift = self.shift
         mask = self.index_mask
         cap = self.counter_max
@@ -53,7 +59,7 @@ class FrequencySketch:
         i = key * _S3 >> shift & mask
         value = r3[i] + amount
         r3[i] = cap if value > cap else value
-        self.additions += 1
+        self.additions += accesses
         if self.additions >= self.sample_size:
             self.additions //= 2
             self.resets += 1

@@ -110,7 +110,7 @@ class TinyLFUAdmission(AdmissionFilter):
         if self.sketch is None:
             cap = cache.capacity_blocks
             self.sketch = FrequencySketch(cap, int(self.params.sample_factor * cap))
-        self.sketch.increment(node.keys[-1])
+        self.sketch.increment(node.keys[-1], 1, len(node.keys))  # a run's blocks: its accesses
         if cache.used_blocks < cache.capacity_blocks:
             return True
         victim = cache.policy.peek_victim()

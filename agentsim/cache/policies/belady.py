@@ -72,6 +72,30 @@ class Belady(KeyedLeafPolicy):
         i = bisect.bisect_right(self._positions, self.position, lo, hi)
         return self._positions[i] if i < hi else NEVER
 
+    def victim_tail_blocks(self, node, want: int) -> int:
+        """The victim's tail blocks that share its deepest block's next use (at most ``want``):
+        a run's blocks nearer the root may be used again sooner (a later request that shares
+        only part of the run), and then rank as keepers, so they are not trimmed with the tail.
+        Next uses do not decrease towards the tail (a request that holds a block holds its
+        prefix), so a binary search finds the boundary in O(log want) next-use queries."""
+        if want == 1:
+            return 1
+        keys = node.keys
+        n = len(keys)
+        next_use = self.next_use
+        last = next_use(keys[-1])
+        lo = n - want
+        if next_use(keys[lo]) == last:
+            return want
+        hi = n - 1  # keys[lo] is used sooner than the tail, keys[hi] (the deepest) is not
+        while lo + 1 < hi:
+            mid = (lo + hi) // 2
+            if next_use(keys[mid]) == last:
+                hi = mid
+            else:
+                lo = mid
+        return n - hi
+
     def key(self, node):
         # -next_use(deepest key) with next_use inlined (the key is computed for every push),
         # -end_block without the property, -node_id.

@@ -8,7 +8,9 @@ with the lower TinyLFU estimate is evicted (the candidate loses ties). A probati
 promotes to protected; protected overflow demotes to probation MRU.
 [sim-choice] Frequency is counted per run: the sketch is keyed by a run's deepest block key
 (all blocks of a run are always accessed together), incremented on each insert and each hit;
-a split copies the count to the new upper run's deepest key. ``window_ratio: 1.0`` is LRU.
+a split copies the count to the new upper run's deepest key. The sketch's reset period counts
+block accesses (a run access is ``len(run)`` of them), as a per-block sketch's would.
+``window_ratio: 1.0`` is LRU.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ class WTinyLFU(QueuePolicy):
         self.sketch = FrequencySketch(cap, int(self.params.sample_factor * cap))
 
     def _count(self, node):
-        self.sketch.increment(node.keys[-1])
+        keys = node.keys
+        self.sketch.increment(keys[-1], 1, len(keys))
 
     def _estimate(self, node) -> int:
         return self.sketch.estimate(node.keys[-1])
@@ -55,15 +58,24 @@ class WTinyLFU(QueuePolicy):
     def _admit_new(self, node, now_s):
         self._count(node)
         self._place(node, self.window)
+        parent = node.parent
+        if self._leaf_only and parent is not None and parent.policy_data is not None \
+                and parent.policy_data.queue is self.window:
+            # The parent is no longer a leaf, so it can never leave the window as a candidate
+            # (leaf_only evicts leaves only): kept there, such runs filled the window (12,654
+            # blocks against a 500-block target on the Claude Code sessions at 50K blocks) and
+            # every eviction fell through to the main. A run that a newer run extends has been
+            # used again: it moves to probation, as a per-block window would pass it on.
+            self._place(parent, self.probation)
 
     def on_split(self, upper, lower):
         super().on_split(upper, lower)
         if lower.policy_data is not None:
-            self.sketch.increment(upper.keys[-1], self.sketch.estimate(lower.keys[-1]))
+            self.sketch.increment(upper.keys[-1], self.sketch.estimate(lower.keys[-1]), 0)
 
     def _on_trimmed(self, node, blocks):
         # As a split would: the remaining run's new deepest key takes the run's count.
-        self.sketch.increment(node.keys[-blocks - 1], self.sketch.estimate(node.keys[-1]))
+        self.sketch.increment(node.keys[-blocks - 1], self.sketch.estimate(node.keys[-1]), 0)
 
     def on_access(self, node, now_s, hit=False):
         # Overrides QueuePolicy.on_access, not its _on_touch hook: one frame less
@@ -73,7 +85,8 @@ class WTinyLFU(QueuePolicy):
             return
         queue = entry.queue
         if hit:
-            self.sketch.increment(node.keys[-1])  # _count(node)
+            keys = node.keys
+            self.sketch.increment(keys[-1], 1, len(keys))  # _count(node)
             if queue is self.probation:
                 self._place(node, self.protected)
                 while self.protected.blocks > self.protected_cap:
