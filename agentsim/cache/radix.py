@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from agentsim.cache.pinned import pinned_subtree_blocks
 from agentsim.cache.policy import EvictionPolicy
 from agentsim.errors import InvariantViolation
 
@@ -82,22 +83,6 @@ def iter_subtree(root):
         node = stack.pop()
         yield node
         stack.extend(node.children.values())
-
-
-def pinned_subtree_blocks(root, counts) -> int:
-    """Blocks of the pinned nodes below ``root`` for which ``counts(node)`` holds. Pins cover
-    whole paths, so the pinned nodes are a subtree at ``root``: no unpinned subtree is walked
-    (engine-style admission asks every scheduling pass, and a long run's tree keeps growing)."""
-    total = 0
-    stack = [child for child in root.children.values() if child.lock_ref > 0]
-    while stack:
-        node = stack.pop()
-        if counts(node):
-            total += len(node.keys)
-        for child in node.children.values():
-            if child.lock_ref > 0:
-                stack.append(child)
-    return total
 
 
 def descend(root, keys: list[int], split) -> tuple:

@@ -36,7 +36,8 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from agentsim.cache.policy import EvictionPolicy
-from agentsim.cache.radix import _common_prefix, descend, iter_subtree, pinned_subtree_blocks
+from agentsim.cache.pinned import pinned_subtree_blocks
+from agentsim.cache.radix import _common_prefix, descend, iter_subtree
 from agentsim.cache.residency import HBM, Tier, TierEntry, TierSpec, TNode, merges_exactly
 from agentsim.cache.tier_staging import PrefetchPin, TierStaging
 from agentsim.errors import InvariantViolation
