@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from agentsim.cache.pinned import pinned_subtree_blocks
 from agentsim.cache.policy import EvictionPolicy
 from agentsim.errors import InvariantViolation
 
@@ -533,5 +534,5 @@ class RadixCache:
         if self.used_blocks > self.capacity_blocks:
             raise InvariantViolation(f"{self.name}: used {self.used_blocks} blocks > capacity {self.capacity_blocks}")
 
-    def pinned_blocks(self) -> int:
-        return sum(len(node.keys) for node in self.iter_nodes() if node.lock_ref > 0) + self.reserved_blocks
+    def pinned_blocks(self) -> int:  # walks only the pinned subtree
+        return pinned_subtree_blocks(self.root, lambda node: True) + self.reserved_blocks

@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from agentsim.cache.policy import EvictionPolicy
+from agentsim.cache.pinned import pinned_subtree_blocks
 from agentsim.cache.radix import _common_prefix, descend, iter_subtree
 from agentsim.cache.residency import HBM, Tier, TierEntry, TierSpec, TNode, merges_exactly
 from agentsim.cache.tier_staging import PrefetchPin, TierStaging
@@ -531,7 +532,7 @@ class TieredCache(TierStaging):
                 raise InvariantViolation(f"{tier.name}: used {tier.used_blocks} > capacity {tier.capacity_blocks}")
 
     def pinned_blocks(self) -> int:
-        return sum(len(n.keys) for n in self.iter_nodes() if n.lock_ref > 0 and n.entries[0] is not None) + self.reserved_blocks
+        return pinned_subtree_blocks(self.root, lambda n: n.entries[0] is not None) + self.reserved_blocks
 
 
 __all__ = ["HBM", "Match", "PrefetchPin", "TieredCache", "Tier", "TierEntry", "TierSpec", "TNode", "merges_exactly"]
