@@ -3,14 +3,15 @@
 :func:`build_report` looks at ``DIR``:
 
 * a **run** directory (``summary.json``; written by ``agentsim run`` or one seed of a sweep):
-  latency CDFs, the TTFT breakdown of the slowest requests, recomputation by gap, tier
+  the deployment, the summary table in units and, for a mixed workload, each agent class's
+  figures (tables in :mod:`agentsim.report_tables`); latency CDFs (also per agent class), the TTFT breakdown of the slowest requests, recomputation by gap, tier
   occupancy, evictions by reason over time and link utilisation, plus the summary table and
   the slowest requests;
 * a **sweep** directory (``sweep.json`` / ``results.parquet``) or a **plan** directory
-  (``plan.json``; runs under ``cells/``): the cells' latency CDFs, hit ratio against capacity
+  (``plan.json``; runs under ``cells/``): each cell's deployment, the cells' latency CDFs, hit ratio against capacity
   per policy with the upper bound, cost against SLA attainment, metrics against each numeric
-  axis, recomputation by gap per cell, plus the per-cell statistics (mean ± 95% CI) and paired
-  differences.
+  axis, recomputation by gap per cell, plus the per-cell statistics (mean ± 95% CI, in units),
+  the per-agent-class figures per cell and paired differences.
 
 It writes ``OUT/report.html`` (every figure embedded as a base64 PNG, so the file can be mailed
 or opened anywhere) and ``OUT/figures/<name>.png``. A figure whose data are absent (an HBM-only
@@ -34,9 +35,10 @@ import pandas as pd
 
 from agentsim.yaml_text import safe_load
 from agentsim.errors import InputError
-from agentsim.metrics.catalogue import KEY_METRICS, table_rows
+from agentsim.metrics.catalogue import KEY_METRICS, format_value
 from agentsim.result_files import read_json_object, read_table
-from agentsim.metrics.deployment import deployment_lines
+from agentsim.report_tables import (agent_class_html, deployment_html, html_table, slowest_requests_table,
+                                    stats_frame, summary_html, sweep_class_frame, sweep_deployment_frame)
 
 #: Requests of at most this many cells are overlaid in a sweep's latency CDF (legibility).
 MAX_CDF_CELLS = 8
@@ -193,84 +195,6 @@ td{white-space:nowrap} .wide{overflow-x:auto}
 """
 
 
-def _fmt(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, (bool, np.bool_)):
-        return "yes" if value else "no"
-    if isinstance(value, (int, np.integer)):
-        return f"{int(value):,}"
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        if not math.isfinite(value):
-            return "-"
-        if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
-            return f"{value:.3e}"
-        if abs(value) >= 1000:
-            return f"{value:,.0f}"
-        return f"{value:.4g}"
-    return str(value)
-
-
-def html_table(frame: pd.DataFrame, left: int = 1) -> str:
-    """A plain HTML table (first ``left`` columns left-aligned); values through :func:`_fmt`."""
-    head = "".join(f'<th class="{"l" if i < left else ""}">{html.escape(str(c))}</th>' for i, c in enumerate(frame.columns))
-    body = []
-    for row in frame.itertuples(index=False):
-        cells = "".join(f'<td class="{"l" if i < left else ""}">{html.escape(_fmt(v))}</td>' for i, v in enumerate(row))
-        body.append(f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-#: The slowest-requests table: column -> header (words, so a header wraps) and whether it is a
-#: duration. Durations print in ms or s and token counts in K, so 14 columns fit a 1280 px page.
-SLOW_REQUEST_COLUMNS = {
-    "request_id": ("request", False), "session_id": ("session", False), "depth": ("depth", False),
-    "gap_kind": ("gap", False), "gap_before_s": ("gap before", True), "prompt_tokens": ("prompt tokens", False),
-    "hit_tokens": ("hit tokens", False), "recomputed_tokens": ("recomputed tokens", False),
-    "queue_wait_s": ("queue", True), "load_wait_s": ("load", True), "prefill_s": ("prefill", True),
-    "ttft_s": ("TTFT", True), "e2e_s": ("E2E", True), "instance": ("instance", False),
-}
-
-
-def _short_tokens(value) -> str:
-    if value is None or value != value:
-        return "-"
-    return f"{value / 1e3:.1f}K" if abs(value) >= 10_000 else f"{int(value):,}"
-
-
-def slowest_requests_table(slow: pd.DataFrame) -> str:
-    """The slowest requests as a compact HTML table (see :data:`SLOW_REQUEST_COLUMNS`)."""
-    from agentsim.config.units import format_duration
-
-    cols = [c for c in SLOW_REQUEST_COLUMNS if c in slow]
-    shown = pd.DataFrame(index=slow.index)
-    for col in cols:
-        header, duration = SLOW_REQUEST_COLUMNS[col]
-        if duration:
-            shown[header] = [format_duration(v) if v == v else "-" for v in slow[col].astype(float)]
-        elif col.endswith("_tokens"):
-            shown[header] = [_short_tokens(v) for v in slow[col]]
-        else:
-            shown[header] = slow[col].astype(str)
-    return '<div class="wide">' + html_table(shown, left=0) + "</div>"
-
-
-def _summary_rows(summary: dict) -> pd.DataFrame:
-    rows = [(lbl, summary[key]) for key, lbl in table_rows("summary") + table_rows("hierarchy")
-            if key in summary and summary[key] is not None and key not in ("wall_s",)]
-    for key in ("cost_per_million_tokens_usd", "gpu_hours", "provider_bill_usd"):
-        if key in summary and summary[key] is not None:
-            rows.append((key.replace("_", " "), summary[key]))
-    for key in ("regime_by_tier", "evictions_by_reason_blocks", "recomputed_tokens_by_gap",
-                "recomputed_tokens_evicted_by_tier", "queue_wait_share_by_cause", "hit_ratio_by_tier"):
-        if isinstance(summary.get(key), dict):
-            rows.append((key.replace("_", " "), ", ".join(f"{k}={_fmt(v)}" for k, v in summary[key].items())))
-    if summary.get("ttl_warning"):
-        rows.append(("TTL warning", summary["ttl_warning"]))
-    return pd.DataFrame(rows, columns=["metric", "value"])
-
-
 class _Builder:
     def __init__(self, out_dir: Path, dpi: int):
         self.out_dir = out_dir
@@ -328,14 +252,22 @@ def _run_report(run_dir: Path, b: _Builder) -> Report:
     requests = tables.get("requests", pd.DataFrame())
     if len(requests):
         requests = requests.assign(policy=summary.get("policy", "?"))
-    deployment = deployment_lines(summary.get("deployment"))
+    deployment = deployment_html(summary)
     if deployment:
-        b.raw("<h2>Deployment</h2>" + html_table(pd.DataFrame(deployment, columns=["", "simulated"])))
-    b.raw("<h2>Summary</h2>" + html_table(_summary_rows(summary)))
+        b.raw("<h2>Deployment</h2>" + deployment)
+    b.raw("<h2>Summary</h2>" + summary_html(summary))
+    by_class = agent_class_html(summary)
+    if by_class:
+        b.raw("<h2>By agent class</h2>" + by_class)
     b.figure("latency_cdf", "Latency distribution",
              "Empirical CDFs of TTFT and end-to-end latency (log x; logit y so the tail is readable). "
              "Dot: p99, cross: p99.9; their values are in the legend. Measured requests (after warm-up, not rejected).",
              lambda: plots.latency_cdf(requests, hue="policy", warmup_s=warmup))
+    if by_class:
+        b.figure("latency_cdf_by_agent_class", "Latency distribution by agent class",
+                 "Empirical CDFs of TTFT and end-to-end latency of each agent class of the mixed workload "
+                 "(same axes and markers as above; the per-class figures are in the table 'By agent class').",
+                 lambda: plots.latency_cdf(requests, hue="agent_class", warmup_s=warmup))
     b.figure("ttft_breakdown", "Why the slowest requests were slow",
              "TTFT = queue wait + load from a lower tier + prefill, for the requests at or above p99.9 (at least 20). "
              "Labels: request id, the gap before it (first/tool/human/join, 'sub' for sub-agents), prompt size, "
@@ -366,7 +298,7 @@ def _run_report(run_dir: Path, b: _Builder) -> Report:
     b.raw("<details><summary>summary.json</summary><pre>" + html.escape(json.dumps(summary, indent=1)) + "</pre></details>")
     meta = html.escape(f"run {run_dir} · scenario {summary.get('scenario')} · policy {summary.get('policy')} · "
                        f"seed {summary.get('seed')} · {summary.get('requests', 0):,} requests over "
-                       f"{_fmt(summary.get('simulated_s'))} simulated s")
+                       f"{format_value(summary.get('simulated_s'), 's')} simulated")
     return b.write("run", f"agentsim run report: {summary.get('scenario', run_dir.name)}", meta)
 
 
@@ -395,17 +327,6 @@ def _numeric_axis(table: pd.DataFrame, axis: str) -> bool:
     return bool(values.notna().all() and values.nunique() > 1)
 
 
-def _stats_table(table: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    from agentsim.plots import cell_means
-
-    means = cell_means(table, metrics, ["cell"] if "cell" in table else ["label"])
-    out = pd.DataFrame({"cell": means.iloc[:, 0], "seeds": means.seeds})
-    for metric in metrics:
-        out[metric] = [f"{_fmt(m)} ± {_fmt(h)}" if isinstance(h, float) and math.isfinite(h) else _fmt(m)
-                       for m, h in zip(means[metric], means[f"{metric}_ci"])]
-    return out
-
-
 def _sweep_report(directory: Path, b: _Builder, kind: str) -> Report:
     from agentsim import plots
 
@@ -415,7 +336,13 @@ def _sweep_report(directory: Path, b: _Builder, kind: str) -> Report:
     name = directory.name
     if (directory / "sweep.json").exists():
         name = read_json_object(directory / "sweep.json", "sweep.json").get("name", name)
-    b.raw("<h2>Cells: mean ± 95% CI over seeds</h2>" + html_table(_stats_table(table, metrics), left=1))
+    deployment = sweep_deployment_frame(table)
+    if len(deployment):
+        b.raw("<h2>Deployment</h2>" + html_table(deployment))
+    b.raw("<h2>Cells: mean ± 95% CI over seeds</h2>" + html_table(stats_frame(table, metrics), left=1))
+    by_class = sweep_class_frame(ok)
+    if len(by_class):
+        b.raw("<h2>By agent class: mean over seeds</h2>" + html_table(by_class, left=2))
     if (directory / "paired.parquet").exists():
         paired = read_table(directory / "paired.parquet")
         if len(paired) and "metric" in paired:

@@ -15,10 +15,17 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 SMALL = ["duration_s=4m", "run.check_invariants=true"]
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run ``agentsim ARGS`` in a subprocess (as a user would) and capture its output."""
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300,
+            max_memory_bytes: int | None = None) -> subprocess.CompletedProcess:
+    """Run ``agentsim ARGS`` in a subprocess (as a user would) and capture its output.
+    ``max_memory_bytes`` caps the process's address space (``RLIMIT_AS``): an allocation past
+    it fails in the child (a MemoryError, a traceback) instead of taking the machine's memory."""
+    def cap_memory() -> None:
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (max_memory_bytes, max_memory_bytes))
+
     return subprocess.run([sys.executable, "-m", "agentsim.cli", *args], capture_output=True, text=True,
-                          cwd=cwd or ROOT, timeout=timeout)
+                          cwd=cwd or ROOT, timeout=timeout, preexec_fn=cap_memory if max_memory_bytes else None)
 
 
 #: A tiny but complete scenario: 8 coding agents on one GB300 instance for 3 simulated minutes.

@@ -470,11 +470,13 @@ def _snapshot(root: Path) -> dict[str, bytes]:
     return out
 
 
-def check_refused(case: Case, tmp_path: Path, in_work_dir: bool = False) -> tuple[Path, float]:
+def check_refused(case: Case, tmp_path: Path, in_work_dir: bool = False,
+                  max_memory_bytes: int | None = None) -> tuple[Path, float]:
     """Run ``case`` and check the promise: exit 2, one ``error:`` line holding every expected
     fragment, no traceback, and nothing in the working directory created, changed or removed
     (an ``out/`` directory with a note in it is there before). Returns the working directory
-    and the command's wall seconds; ``in_work_dir`` runs the command inside that directory."""
+    and the command's wall seconds; ``in_work_dir`` runs the command inside that directory;
+    ``max_memory_bytes`` caps the command's address space (see :func:`tests.conftest.run_cli`)."""
     tmp = tmp_path / "w"
     tmp.mkdir()
     out = tmp / "out"
@@ -483,7 +485,7 @@ def check_refused(case: Case, tmp_path: Path, in_work_dir: bool = False) -> tupl
     argv, fragments = case.build(tmp)
     before = _snapshot(tmp)
     started = time.perf_counter()
-    proc = run_cli(*argv, timeout=120, cwd=tmp if in_work_dir else None)
+    proc = run_cli(*argv, timeout=120, cwd=tmp if in_work_dir else None, max_memory_bytes=max_memory_bytes)
     wall_s = time.perf_counter() - started
     stderr = proc.stderr
     assert proc.returncode == 2, (proc.returncode, stderr, proc.stdout[-500:])

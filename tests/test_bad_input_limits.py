@@ -21,6 +21,10 @@ CASES: list[Case] = []
 #: Wall seconds a refused input may take (subprocess start included, on a loaded machine).
 #: The inputs below used to take minutes or never finish.
 MAX_WALL_S = 60.0
+#: Address space each refusal runs in: a scenario whose state would need more than this must be
+#: refused before it is allocated (issue #20), so an allocation past it fails the case with a
+#: MemoryError traceback. A small run needs under 1 GB of address space.
+MAX_MEMORY_BYTES = 2 * 2**30
 
 
 case = case_registrar(CASES)
@@ -42,6 +46,22 @@ _scenario_case("scenario-too-many-sessions", "concurrent: 4,", "concurrent: 1000
                ["arrival.concurrent", "exceed the limit", "limits.max_concurrent_sessions"])
 _scenario_case("scenario-poisson-rate-huge", POISSON, "arrival: {kind: poisson, rate_per_s: 1e308}",
                ["arrival.rate_per_s", "limits.max_expected_sessions"])
+_scenario_case("scenario-disaggregated-workers-huge", "  router: least_loaded\n",
+               "  disaggregation: {prefill: {workers: 10000000}, decode: {workers: 2}}\n  router: least_loaded\n",
+               ["serving.disaggregation.prefill.workers", "10,000,000 prefill + 2 decode workers",
+                "limits.max_instances"])
+
+
+@case("scenario-sessions-of-classes-add-up")
+def _classes_add_up(tmp):
+    # Each class below the limit, both together above it: the limit is on the sum.
+    text = BASE.replace("concurrent: 4,", "concurrent: 600000,", 1).replace(
+        "    coding:\n", "    chat:\n      arrival: {kind: population, concurrent: 500000}\n    coding:\n", 1)
+    path = _scenario(tmp, text)
+    line = _line_of(text, "concurrent: 600000")
+    return _run(tmp, path), [str(path), f"line {line}", "workload.agent_classes.coding.arrival.concurrent",
+                             "1,100,000 concurrent sessions exceed the limit", "limits.max_concurrent_sessions"]
+
 _scenario_case("scenario-duration-huge", "duration_s: 2m", "duration_s: 1e308",
                ["duration_s", "limits.max_duration_s"])
 # --- numbers that must be finite -----------------------------------------------------------------
@@ -169,5 +189,5 @@ _fit_case("scenario-fit-reference-device", lambda tmp: Path("/dev/zero"), ["fit 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
 def test_bad_input(case: Case, tmp_path: Path):
-    tmp, wall_s = check_refused(case, tmp_path)
+    tmp, wall_s = check_refused(case, tmp_path, max_memory_bytes=MAX_MEMORY_BYTES)
     assert wall_s < MAX_WALL_S, f"took {wall_s:.1f} s"

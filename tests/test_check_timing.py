@@ -153,3 +153,19 @@ def test_a_special_file_or_an_absurd_row_is_refused_without_running(tmp_path: Pa
     assert result.returncode == 2 and "named pipe" in result.stderr
     huge = emulate_row(_row(batch_size=1e9))
     assert huge.predicted_ttft_ms is None and "beyond what check-timing emulates" in huge.skipped
+
+
+def test_mode_option_emulates_the_disaggregated_rows_only(tmp_path: Path):
+    frame = read_rows(SAMPLE)
+    disagg = frame[frame["mode"] == "disagg"]
+    result = run_cli("check-timing", str(SAMPLE), "--mode", "disagg", "--json", timeout=600)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert [r["id"] for r in out["rows"]] == disagg["id"].tolist()
+    summary = out["summary"]
+    assert summary["aggregated"]["rows"] == 0
+    # One row gives its pools and is emulated; the other has no worker counts and is skipped.
+    assert summary["disaggregated"]["rows"] == len(disagg) == 2 and summary["disaggregated"]["emulated"] == 1
+    assert summary["disaggregated"]["ttft_error_median"] >= 1.0
+    bad = run_cli("check-timing", str(SAMPLE), "--mode", "both")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--mode" in bad.stderr

@@ -68,3 +68,18 @@ def test_concurrency_falls_back_to_decode_slots():
                         "decode_attention_dp_size": 32.0}) == 2048
     with pytest.raises(DisaggRowError, match="prefill_num_workers"):
         disaggregated_row_scenario({**ROW, "prefill_num_workers": float("nan")}, aggregated)
+
+
+def test_prefill_attention_dp_ranks_are_counted_once():
+    """The aggregated builder is given the prefill pool's batch per attention-DP rank (as the
+    row's ``prefill_batch_size``), so it sizes the prefill worker's own batch: 2 per rank x 4
+    ranks = 8 sequences, not 2 x 4 x 4."""
+    seen = {}
+
+    def recording(row: dict) -> dict:
+        seen.update(row)
+        return aggregated(row)
+
+    disaggregated_row_scenario({**ROW, "prefill_batch_size": 2.0}, recording)
+    assert seen["batch_size"] * seen["attention_dp_size"] == 8
+

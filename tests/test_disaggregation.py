@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 import simpy
 
-from agentsim.cluster.serving.disaggregation import HandoffPorts, WorkerPlacement, place_pools, transfer_links
+from agentsim.cluster.serving.disaggregation import HandoffPorts, handoff, transfer_links
+from agentsim.hardware.topology import Placement, place_pools
 from agentsim.config.scenario import HardwareConfig
 from agentsim.engine.loading import load_scenario
 from agentsim.engine.simulation import run_scenario
@@ -25,12 +26,12 @@ def timed_transfers(sizes_bytes, same_domain: bool, efficiency: float = 1.0) -> 
     """End times of hand-offs of ``sizes_bytes`` started together from one prefill worker (4 GPUs)
     to one decode worker (4 GPUs)."""
     env = simpy.Environment()
-    source, dest = HandoffPorts(env, "p", 4, HW, efficiency), HandoffPorts(env, "d", 4, HW, efficiency)
-    links = transfer_links(source, WorkerPlacement(0, 0), dest, WorkerPlacement(4, 0 if same_domain else 1))
+    source, dest = HandoffPorts(env, "p", 4, HW), HandoffPorts(env, "d", 4, HW)
+    links = transfer_links(source, Placement(0, 0, 0, 0), dest, Placement(1, 4, 1, 0 if same_domain else 1))
     ends = []
 
     def one(size):
-        yield simpy.AllOf(env, [link.transfer(size) for link in links])
+        yield handoff(env, links, size, efficiency)
         ends.append(env.now)
 
     for size in sizes_bytes:
@@ -56,11 +57,14 @@ def test_concurrent_handoffs_share_the_ports():
 
 
 def test_pools_are_placed_domain_by_domain():
-    prefill, decode = place_pools(3, 8, 2, 32, 72)
+    prefill, decode = place_pools([(3, 8), (2, 32)], 4, 72)
     assert [p.first_gpu for p in prefill] == [0, 8, 16]
     assert [p.domain for p in prefill] == [0, 0, 0]
     # 24 + 32 = 56 fits the first domain; the next 32 would straddle it, so it starts at 72.
     assert [(p.first_gpu, p.domain) for p in decode] == [(24, 0), (72, 1)]
+    # Numbered across the pools, prefill first; trays of 4 GPUs.
+    assert [p.instance for p in prefill + decode] == [0, 1, 2, 3, 4]
+    assert [p.tray for p in decode] == [6, 18]
 
 
 @pytest.fixture(scope="module")
@@ -90,11 +94,15 @@ def test_run_conserves_tokens_and_hands_every_call_over(disaggregated_run):
     assert summary["ttft_kv_transfer_mean_s"] == pytest.approx(done.kv_transfer_s.mean())
 
 
-def test_ttft_is_prefill_queue_plus_prefill_plus_decode_queue_plus_transfer(disaggregated_run):
+def test_ttft_is_prefill_queue_plus_prefill_plus_decode_queue_plus_transfer_plus_first_step(disaggregated_run):
     done = disaggregated_run.tables["requests"].query("not rejected")
-    parts = done.queue_wait_s + done.prefill_s + done.decode_queue_s + done.kv_transfer_s
+    parts = done.queue_wait_s + done.prefill_s + done.decode_queue_s + done.kv_transfer_s + done.decode_first_step_s
     assert (parts - done.ttft_s).abs().max() < 1e-9
     assert (done.prefill_s > 0).all() and (done.decode_queue_s >= 0).all()
+    # The first token comes with the decode worker's first step: at least one decode step's time.
+    assert (done.decode_first_step_s > 0).all()
+    summary = disaggregated_run.summary
+    assert summary["ttft_decode_first_step_mean_s"] == pytest.approx(done.decode_first_step_s.mean())
 
 
 def test_disaggregated_runs_repeat(disaggregated_run):
@@ -131,7 +139,7 @@ def test_aggregated_runs_have_no_handoff_columns_filled():
 @pytest.mark.parametrize("override,fragment", [
     ("serving.disaggregation.decode.parallelism.tp=3", "serving.disaggregation.decode.parallelism.tp"),
     ("serving.disaggregation.prefill.gpus_per_worker=1", "serving.disaggregation.prefill.gpus_per_worker"),
-    ("cache.tiers.dram.enabled=true", "serving.disaggregation"),
+    ("cache.tiers.peer_hbm=true", "cache.tiers.peer_hbm"),
     ("serving.disaggregation.decode_router=nearest", "unknown router"),
 ])
 def test_bad_disaggregation_is_reported_with_its_path(override, fragment):

@@ -48,6 +48,73 @@ def test_a_tier_kind_registered_from_outside_serves_hits(cxl_kind):
     assert summary["hit_ratio"] > without["hit_ratio"]
 
 
+def _configured(hw, cfg) -> bool:
+    return cfg is not None
+
+
+@pytest.fixture
+def cxl_host_kind():
+    """A CXL expander as the host tier (in place of DRAM): disk hits stage through it."""
+    kind = TierKind(
+        "cxl", "CXL-attached memory expander as the host tier (test kind)",
+        load_links=("cxl_read",), write_links=("cxl_write",),
+        endpoints={("cxl", "hbm"): "cxl_read", ("hbm", "cxl"): "cxl_write"},
+        links=(LinkSpec("cxl_read", "inst{instance}.cxl_read", "instance", "cxl",
+                        lambda hw, g, cfg: cfg.bandwidth_bytes_per_s, lambda hw, cfg: cfg.latency_s, built=_configured),
+               LinkSpec("cxl_write", "inst{instance}.cxl_write", "instance", "cxl",
+                        lambda hw, g, cfg: cfg.bandwidth_bytes_per_s, lambda hw, cfg: cfg.latency_s, built=_configured)),
+        tier_link_fields=True, host=True,
+        capacity_note="a CXL expander's size is not part of the hardware profile",
+    )
+    tier_kinds.register_tier_kind(kind)
+    yield kind
+    tier_kinds.unregister_tier_kind("cxl")
+
+
+#: HBM over a lower tier or two, without DRAM, under enough pressure that blocks reach the disk.
+NO_DRAM = [o for o in SMALL if not o.startswith("cache.tiers.disk")] + ["cache.tiers.dram.enabled=false"]
+
+
+def test_a_registered_host_tier_takes_the_place_of_dram(cxl_host_kind):
+    """HBM + CXL (host) + disk: disk hits are prefetched into CXL over the NVMe read link and
+    loaded from there over the CXL link; the Grace C2C links carry nothing."""
+    path = ROOT / "scenarios" / "gb300-nvl72-tiers.yaml"
+    overrides = NO_DRAM + ["cache.tiers.cxl={capacity_bytes: 4GB, bandwidth_bytes_per_s: 64GB/s, latency_s: 2us}",
+                           "cache.tiers.order=[cxl, disk]", "cache.tiers.prefetch.policy=wait_complete"]
+    summary = run_scenario(load_scenario(path, overrides)).summary
+    hits = summary["hit_ratio_by_tier"]
+    assert hits["disk"] > 0 and hits["cxl"] > 0 and hits["dram"] == 0
+    assert summary["prefetches"] > 0 and summary["prefetch_served_tokens"] > 0
+    links = {name: stats["bytes"] for name, stats in summary["links"].items()}
+    assert links["inst0.c2c_h2d"] == 0 and links["inst0.c2c_d2h"] == 0
+    assert links["tray0.nvme_read"] > 0 and links["tray0.nvme_write"] > 0
+    # Every staged disk block continues into HBM over the CXL link, with the CXL tier's own hits.
+    assert links["inst0.cxl_read"] > links["tray0.nvme_read"]
+
+
+def test_a_registered_host_tier_must_come_first_and_carries_prefetch(cxl_host_kind):
+    from agentsim.errors import InputError
+
+    path = ROOT / "scenarios" / "gb300-nvl72-tiers.yaml"
+    cxl = "cache.tiers.cxl={capacity_bytes: 4GB, bandwidth_bytes_per_s: 64GB/s, latency_s: 2us}"
+    with pytest.raises(InputError, match=r"cache\.tiers\.order.*cxl must be the first tier below HBM"):
+        load_scenario(path, NO_DRAM + [cxl, "cache.tiers.order=[disk, cxl]"])
+    with pytest.raises(InputError, match=r"cache\.tiers\.prefetch\.policy.*needs an enabled dram or cxl tier"):
+        load_scenario(path, NO_DRAM + ["cache.tiers.prefetch.policy=best_effort"])
+
+
+def test_hbm_and_disk_without_dram_load_disk_hits_through_host_memory():
+    """HBM + disk only: no host tier, so no prefetch, and a disk hit is read over NVMe and
+    crosses C2C into HBM (host memory as a bounce buffer); copies down go to the NVMe write link."""
+    path = ROOT / "scenarios" / "gb300-nvl72-tiers.yaml"
+    summary = run_scenario(load_scenario(path, NO_DRAM)).summary
+    assert summary["hit_ratio_by_tier"]["disk"] > 0 and summary["hit_ratio_by_tier"]["dram"] == 0
+    links = {name: stats["bytes"] for name, stats in summary["links"].items()}
+    assert links["tray0.nvme_read"] > 0 and links["tray0.nvme_write"] > 0
+    assert links["inst0.c2c_h2d"] == pytest.approx(links["tray0.nvme_read"])
+    assert links["inst0.c2c_d2h"] == 0
+
+
 def test_a_metric_registered_from_outside_reaches_the_summary_and_the_table(small_scenario_yaml):
     from rich.console import Console
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -18,46 +21,88 @@ from agentsim.results import load_run
 from tests.conftest import ROOT, run_cli
 
 
-def _start(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "agentsim.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+def _start_on_terminal(args: list[str]) -> tuple[subprocess.Popen, int]:
+    """Start ``agentsim ARGS`` with stderr on a pseudo-terminal, as from a shell: the run then
+    shows its progress bar there. Returns the process and the terminal's reading end."""
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "160", "TERM": "xterm"}
+    process = subprocess.Popen([sys.executable, "-m", "agentsim.cli", *args], cwd=ROOT, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=slave, text=True, start_new_session=True, env=env)
+    os.close(slave)
+    return process, master
 
 
-def _wait_for_line(process: subprocess.Popen, needle: str, timeout_s: float = 120) -> str:
-    """Read stderr until a line containing ``needle`` (the run has installed its handlers)."""
+def _read_terminal(master: int, timeout_s: float) -> str | None:
+    """What the terminal shows within ``timeout_s`` ("" if nothing), None once it is closed."""
+    ready, _, _ = select.select([master], [], [], timeout_s)
+    if not ready:
+        return ""
+    try:
+        data = os.read(master, 65536)
+    except OSError:          # EIO: every writer closed the terminal
+        return None
+    return data.decode(errors="replace") if data else None
+
+
+#: The progress bar's count: ``1,234/360,000 simulated s``.
+PROGRESS = re.compile(r"([\d,]+)/([\d,]+) simulated s")
+
+
+def _wait_for_simulated(process: subprocess.Popen, master: int, at_least_s: float, timeout_s: float = 300) -> str:
+    """Read the terminal until the progress bar reports ``at_least_s`` simulated seconds: the
+    readiness condition (requests have finished), whatever CPU share the run gets."""
+    deadline = time.time() + timeout_s
+    seen = ""
+    while time.time() < deadline and process.poll() is None:
+        chunk = _read_terminal(master, 1.0)
+        if chunk is None:
+            break
+        seen += chunk
+        counts = [float(done.replace(",", "")) for done, _total in PROGRESS.findall(seen)]
+        if counts and max(counts) >= at_least_s:
+            return seen
+    raise AssertionError(f"progress never reached {at_least_s} simulated s; terminal so far: {seen[-2000:]}")
+
+
+def _drain(process: subprocess.Popen, master: int, timeout_s: float = 120) -> str:
+    """The rest of what the process writes to the terminal, until it exits."""
     deadline = time.time() + timeout_s
     seen = ""
     while time.time() < deadline:
-        line = process.stderr.readline()
-        if not line:
+        chunk = _read_terminal(master, 0.5)
+        if chunk is None:
             break
-        seen += line
-        if needle in line:
-            return seen
-    raise AssertionError(f"never saw {needle!r}; stderr so far: {seen}")
+        seen += chunk
+        if not chunk and process.poll() is not None:
+            break
+    return seen
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_signal_during_run_writes_finished_requests_marked_incomplete(small_scenario_yaml, tmp_path, sig, code):
     out = tmp_path / "out"
     # A long simulated span so the run is still going when the signal arrives.
-    process = _start(["run", str(small_scenario_yaml), "--out", str(out), "--set", "duration_s=100h",
-                      "--set", "workload.agent_classes.coding.arrival.concurrent=16"])
+    process, master = _start_on_terminal(["run", str(small_scenario_yaml), "--out", str(out), "--set", "duration_s=100h",
+                                          "--set", "workload.agent_classes.coding.arrival.concurrent=16"])
     try:
-        _wait_for_line(process, "Ctrl-C stops")
-        time.sleep(4.0)  # let some requests finish (a loaded machine gives the run little CPU)
+        # Ready once 5 simulated minutes have passed (agents' first calls have finished by
+        # then): the progress bar says so, however loaded the machine is.
+        seen = _wait_for_simulated(process, master, at_least_s=300)
+        assert "Ctrl-C stops" in seen
         os.kill(process.pid, sig)
-        stdout, stderr = process.communicate(timeout=120)
+        stderr = _drain(process, master)
+        stdout, _ = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
+        os.close(master)
     assert process.returncode == code, stderr
     assert "Traceback" not in stderr
     name = signal.Signals(sig).name
     assert f"interrupted by {name} at t=" in stderr and "complete false" in stderr
     summary, tables = load_run(out)
     assert summary["complete"] is False and summary["incomplete_reason"] == f"interrupted by {name}"
-    assert 0 < summary["simulated_s"] < 100 * 3600
+    assert 300 <= summary["simulated_s"] < 100 * 3600
     requests = tables["requests"]
     assert summary["requests"] == len(requests) > 0
     assert (requests.finish_s <= summary["simulated_s"] + 1e-9).all()

@@ -132,18 +132,34 @@ def test_recompute_split_by_tier_names_the_tier_that_lost_the_blocks():
     assert by_tier["dram"] == s["recomputed_tokens_evicted"] > 0 and by_tier["hbm"] == 0
 
 
-@pytest.mark.xfail(strict=False, reason='open: with engine-style KV admission and re-queues the per-cause queue times do not add up to queue_wait_s (up to 4.6 s apart)')
 def test_queueing_is_split_by_cause(mixed_yaml):
     run = _run(mixed_yaml, "hardware.kv_capacity_bytes=400MB")
     s, requests = run.summary, run.tables["requests"]
     parts = requests.queue_slot_s + requests.queue_kv_s + requests.queue_load_s + requests.queue_step_s
     done = requests[~requests.rejected]
     assert (parts[done.index] - done.queue_wait_s).abs().max() < 1e-9
+    # Preempted requests wait in the queue again after their first admission: that wait is
+    # requeue_wait_s, apart from the first wait the causes partition.
+    preempted = done[done.preemptions > 0]
+    assert len(preempted) > 0 and (preempted.requeue_wait_s > 0).any()
+    assert (done[done.preemptions == 0].requeue_wait_s == 0).all()
+    assert s["requeue_wait_mean_s"] == pytest.approx(done.requeue_wait_s.sum() / len(done))
     # 400 MB of KV for 14 agents: the queue waits for memory, not for batch slots.
     assert s["queue_wait_share_by_cause"]["kv"] > 0.9
     assert s["queue_kv_mean_s"] > 10 * s["queue_slot_mean_s"]
     slots = _run(mixed_yaml, "serving.max_batch_requests=4").summary
     assert slots["queue_wait_share_by_cause"]["slot"] > 0.3 and slots["queue_kv_mean_s"] == 0
+
+
+def test_queue_causes_partition_the_prefill_queue_when_disaggregated():
+    from tests.conftest import ROOT
+    run = run_scenario(load_scenario(ROOT / "scenarios" / "gb300-disagg.yaml", ["duration_s=1m", "run.check_invariants=true"]))
+    requests = run.tables["requests"]
+    done = requests[~requests.rejected]
+    parts = done.queue_slot_s + done.queue_kv_s + done.queue_load_s + done.queue_step_s
+    assert len(done) > 0 and (done.prefill_worker >= 0).all()
+    assert (parts - done.queue_wait_s).abs().max() < 1e-9
+    assert (done.queue_wait_s > 0).any()
 
 
 def test_throughput_goodput_and_agent_classes(mixed, mixed_yaml):

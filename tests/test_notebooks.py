@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
+from tests.test_notebook_04_seed_study import check_seed_study
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -21,9 +22,9 @@ nbclient = pytest.importorskip("nbclient")
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
-def test_the_three_notebooks_exist():
+def test_the_four_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["01-tail-latency.ipynb", "02-capacity-planning.ipynb",
-                                           "03-lru-vs-policies.ipynb"]
+                                           "03-lru-vs-policies.ipynb", "04-seed-study.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -94,7 +95,8 @@ def check_lru_vs_policies(conclusions: dict, prose: str) -> None:
     assert f"{conclusions['reread_dead_ends']} dead-end touches made {conclusions['reread_differ']} requests differ" in prose
 
 
-CHECKS = {"01-tail-latency": check_tail_latency, "03-lru-vs-policies": check_lru_vs_policies}
+CHECKS = {"01-tail-latency": check_tail_latency, "03-lru-vs-policies": check_lru_vs_policies,
+          "04-seed-study": check_seed_study}
 
 
 @pytest.mark.slow
@@ -103,6 +105,7 @@ def test_notebook_runs_at_small_scale(path, monkeypatch):
     monkeypatch.setenv("AGENTSIM_NOTEBOOK_SCALE", "small")
     monkeypatch.delenv("MPLBACKEND", raising=False)   # the kernel's inline backend captures the figures
     monkeypatch.delenv("AGENTSIM_RUN_DIR", raising=False)
+    monkeypatch.delenv("AGENTSIM_SEED_SESSIONS", raising=False)   # 04 reads the fixture sessions
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": str(path.parent)}})

@@ -27,7 +27,7 @@ BUSY_TOKENS = 20_000           # the request occupying the instance (max batch 1
 
 def make_instance(env, policy="none", base_s=1.0, per_ki_s=0.25, threshold=256, dram_blocks=4000):
     lru = EVICTION_POLICIES.get("lru")
-    cache = TieredCache(4000, lru(), [TierSpec("dram", dram_blocks, lru(), "write_back"),
+    cache = TieredCache(4000, lru(), [TierSpec("dram", dram_blocks, lru(), "write_back", host=True),
                                       TierSpec("disk", 20_000, lru(), "write_back")])
     links = InstanceLinks(h2d=Link(env, "h2d", 150e9, 10e-6), d2h=Link(env, "d2h", 130e9, 10e-6),
                           nvlink_in=Link(env, "nvlink", 900e9, 2e-6), nic=Link(env, "nic", 100e9, 5e-6),

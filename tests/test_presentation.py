@@ -216,7 +216,7 @@ def test_report_slowest_requests_table_fits_1280_px(small_scenario_yaml):
     from agentsim import plots
     from agentsim.engine.loading import load_scenario
     from agentsim.engine.simulation import run_scenario
-    from agentsim.report import slowest_requests_table
+    from agentsim.report_tables import slowest_requests_table
 
     requests = run_scenario(load_scenario(small_scenario_yaml, ["duration_s=1m"])).tables["requests"]
     slow = plots.slowest_requests(requests).head(15)

@@ -41,7 +41,7 @@ def test_run_report_from_the_command_line(small_scenario_yaml, tmp_path):
     assert all(png.startswith(PNG_MAGIC) for png in pngs)
     # HBM-only run: no links, said in the report and on the console.
     assert "no links" in html and "not drawn" in proc.stdout
-    assert "TTFT p99.9 (s)" in html and "Slowest requests by TTFT" in html
+    assert "<td class=\"l\">TTFT p99.9</td>" in html and "Slowest requests by TTFT" in html
 
 
 def test_sweep_report_has_capacity_curve_cost_and_stats(small_scenario_yaml, tmp_path):

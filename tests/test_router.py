@@ -92,6 +92,23 @@ def test_indexer_overlap_equals_the_per_block_walk_on_prefix_closed_views():
         assert indexer.overlap_blocks(keys) == per_block_overlap(view, keys)
 
 
+def test_indexer_with_more_workers_than_a_mask_word_matches_the_walk():
+    """Four racks are 72 workers: their masks span two 64-bit words."""
+    rng = random.Random(11)
+    keys = list(range(5, 305))
+    indexer, view = KvIndexer(), {}
+    for w in rng.sample(range(150), 40):
+        held = keys[:rng.randint(1, len(keys))]
+        indexer.apply_stored(w, held)
+        view[w] = set(held)
+    for w in list(view)[:10]:                   # some workers lose their tail again
+        cut = rng.randint(0, len(keys))
+        indexer.apply_removed(w, keys[cut:])
+        view[w] = {k for k in view[w] if k < keys[cut]} if cut < len(keys) else view[w]
+    assert indexer.overlap_blocks(keys) == per_block_overlap({w: v for w, v in view.items() if v}, keys)
+    assert indexer.holders(keys[0]) == sum(1 << w for w, v in view.items() if keys[0] in v)
+
+
 def test_indexer_removal_clears_only_that_worker():
     indexer = KvIndexer()
     indexer.apply_stored(0, [1, 2, 3])
@@ -111,12 +128,15 @@ def test_indexer_lookups_are_logarithmic_in_the_prompt():
     indexer.apply_stored(1, keys[:200])    # the shared prefix on worker 1
     lookups = []
 
-    class Counting(dict):
-        def get(self, key, default=None):
-            lookups.append(key)
-            return super().get(key, default)
+    class Counting:
+        def __init__(self, word):
+            self.word = word
 
-    indexer._holders = Counting(indexer._holders)
+        def get(self, key):
+            lookups.append(key)
+            return self.word.get(key)
+
+    indexer._words = [Counting(indexer._words[0])]
     assert indexer.overlap_blocks(keys) == {0: 2000, 1: 200}
     assert len(lookups) <= 2 + 2 * math.ceil(math.log2(len(keys)))
 

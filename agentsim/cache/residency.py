@@ -134,6 +134,9 @@ class TierSpec:
     write_policy: str = "write_back"        # write_through | write_through_selective | write_back
     write_through_hits: int = 2
     inclusive: bool = True
+    #: The host tier (the composition root reads it from the tier kind): prefetch stages the
+    #: hits of the tiers below it into it. At most one, the first tier below HBM.
+    host: bool = False
 
 
 class Tier:

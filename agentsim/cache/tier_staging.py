@@ -1,5 +1,5 @@
-"""Staging for the tiered cache: copies down to lower tiers, loads up into HBM, prefetch of lower-tier hits into DRAM (as
-HiCache's L3 -> L2 prefetch) and tool-gap swap-out, as a mixin of
+"""Staging for the tiered cache: copies down to lower tiers, loads up into HBM, prefetch of lower-tier hits into the
+host tier (DRAM; as HiCache's L3 -> L2 prefetch) and tool-gap swap-out, as a mixin of
 :class:`~agentsim.cache.tiers.TieredCache` (it works on the cache's tree and tiers).
 
 **No SimPy here.** Copies down are accounted at once; their bytes are reported through the
@@ -32,8 +32,10 @@ class TierStaging:
     :class:`~agentsim.cache.tiers.TieredCache`."""
 
     # --- copies down (write policies) ---------------------------------------------------------
-    def _write(self, node: TNode, t: int, now_s: float) -> bool:
-        """Copy ``node`` into lower tier ``t`` (evicting there as needed). False if no room."""
+    def _write(self, node: TNode, t: int, now_s: float, report: bool = True) -> bool:
+        """Copy ``node`` into lower tier ``t`` (evicting there as needed). False if no room.
+        ``report``: tell ``on_transfer`` of the copy from tier ``t - 1`` (a copy down); a
+        prefetch's staging moved its bytes over the staging path itself."""
         tier = self.tiers[t]
         n = len(node.keys)
         if n > tier.capacity_blocks:
@@ -58,12 +60,21 @@ class TierStaging:
                 return False
         tier.used_blocks += n
         self._enter(node, t, now_s)
-        if self.on_transfer is not None:
+        if report and self.on_transfer is not None:
             self.on_transfer(self.tiers[t - 1].name, tier.name, n)
         nxt = t + 1
         if nxt < self.n_tiers and self.tiers[nxt].write_policy == "write_through" and node.entries[nxt] is None:
             self._write_through(node, nxt, now_s)
         return True
+
+    def _held_elsewhere(self, node: TNode, t: int, leaving: int) -> bool:
+        """Whether exclusive tier ``t`` must not take a copy of ``node`` as it leaves tier
+        ``leaving``: another tier keeps one, a tier above (a DRAM victim HBM still holds) or
+        below (an HBM victim loaded from an inclusive disk, which kept its copy). Copying would
+        leave the block in two tiers; it stays where the other copy is, so no KV is lost."""
+        if self.tiers[t].inclusive:
+            return False
+        return any(entry is not None for s, entry in enumerate(node.entries) if s != leaving and s != t)
 
     def _write_through(self, node: TNode, t: int, now_s: float) -> None:
         parent = node.parent
@@ -187,12 +198,13 @@ class TierStaging:
         return freed
 
     def stage(self, node: TNode, t: int, now_s: float) -> bool:
-        """Copy ``node`` from a lower tier into tier ``t`` (prefetch staging into DRAM)."""
+        """Copy ``node`` from a lower tier into tier ``t`` (prefetch staging into the host tier;
+        the caller moved the bytes, so no copy down is reported)."""
         if node.entries[t] is not None:
             return True
         if not node.alive:
             return False
-        ok = self._write(node, t, now_s)
+        ok = self._write(node, t, now_s, report=False)
         if ok:
             for s in range(t + 1, self.n_tiers):
                 entry = node.entries[s]
@@ -232,26 +244,28 @@ class TierStaging:
         return out
 
     def stage_prefetched(self, pin: "PrefetchPin", node: TNode, n_blocks: int, now_s: float) -> int:
-        """The first ``n_blocks`` blocks of ``node`` (on the pinned path) arrived in DRAM (tier 1)
-        from a lower tier: copy them there (splitting ``node`` if only part arrived) and keep the
-        new copy pinned until :meth:`end_prefetch`. An exclusive source tier frees its copy at
-        once. Returns the blocks staged (0 if DRAM had no room or the blocks were already there)."""
+        """The first ``n_blocks`` blocks of ``node`` (on the pinned path) arrived in the host
+        tier (:attr:`staging_tier`) from a tier below it: copy them there (splitting ``node`` if
+        only part arrived) and keep the new copy pinned until :meth:`end_prefetch`. An exclusive
+        source tier frees its copy at once. Returns the blocks staged (0 if the host tier had no
+        room or the blocks were already there)."""
+        host = self.staging_tier
         mask = dict(self._pinned_path(pin)).get(node)
-        if mask is None or not node.alive or not 0 < n_blocks <= len(node.keys):
+        if host is None or mask is None or not node.alive or not 0 < n_blocks <= len(node.keys):
             return 0
         target = node
         if n_blocks < len(node.keys):
             target = self._split(node, n_blocks)
             pin.masks[target] = mask
-        if target.entries[1] is not None:
+        if target.entries[host] is not None:
             return 0
-        if not self.stage(target, 1, now_s):
+        if not self.stage(target, host, now_s):
             return 0
-        target.entries[1].io_ref += 1
-        kept = [1]
+        target.entries[host].io_ref += 1
+        kept = [host]
         for t in mask:
             entry = target.entries[t]
-            if t >= 2 and not self.tiers[t].inclusive and entry is not None:
+            if t > host and not self.tiers[t].inclusive and entry is not None:
                 entry.io_ref -= 1
                 if entry.io_ref == 0:
                     self._leave(target, t, "promoted")
@@ -263,10 +277,11 @@ class TierStaging:
         return n
 
     def next_to_stage(self, pin: "PrefetchPin") -> tuple[TNode, int] | None:
-        """The first node (from the root) of the pinned path with no HBM or DRAM copy, and the
-        lower tier it would be read from; None if the whole path is in HBM or DRAM."""
+        """The first node (from the root) of the pinned path with no HBM or host-tier copy, and
+        the lower tier it would be read from; None if the whole path is in HBM or the host tier."""
+        host = self.staging_tier
         for node, _ in reversed(self._pinned_path(pin)):
-            if node.entries[0] is None and node.entries[1] is None:
+            if node.entries[0] is None and (host is None or node.entries[host] is None):
                 return node, self.source_tier(node)
         return None
 
@@ -304,7 +319,7 @@ class TierStaging:
             if entry is None or not hbm.is_evictable(entry):
                 break
             n = len(node.keys)
-            if node.entries[1] is None:
+            if node.entries[1] is None and not self._held_elsewhere(node, 1, 0):
                 if not self._write(node, 1, now_s):
                     break
                 self.demoted_blocks[1] += n

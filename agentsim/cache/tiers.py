@@ -61,6 +61,8 @@ class TieredCache(TierStaging):
                                    spec.write_through_hits, spec.inclusive))
         for tier in self.tiers:
             self.root.entries[tier.index] = tier.root_entry
+        #: Index of the host tier (``TierSpec.host``), which prefetches stage into; None if none.
+        self.staging_tier: int | None = next((i for i, spec in enumerate(lower, start=1) if spec.host), None)
         self.on_transfer = on_transfer
         self.policy = policy
         self.dropped_blocks = 0          # blocks that left the tree (resident nowhere)
@@ -296,10 +298,9 @@ class TieredCache(TierStaging):
             self._split(node, len(node.keys) - n_blocks)
         t = self.tiers[tier]
         nxt = tier + 1
-        # An exclusive tier takes a demoted block only if no tier above still holds it (a DRAM
-        # victim that HBM still holds is not copied down: that would be two copies).
+        # An exclusive tier takes no copy of a block another tier keeps (_held_elsewhere).
         demote = (nxt < self.n_tiers and node.entries[nxt] is None and self.tiers[nxt].write_policy == "write_back"
-                  and (self.tiers[nxt].inclusive or all(node.entries[s] is None for s in range(tier))))
+                  and not self._held_elsewhere(node, nxt, tier))
         if demote:
             if self._write(node, nxt, now_s):
                 self.demoted_blocks[nxt] += len(node.keys)
@@ -517,7 +518,10 @@ class TieredCache(TierStaging):
                 in_tier = sum(1 for child in node.children.values() if child.entries[t] is not None)
                 if node.tier_children[t] != in_tier:
                     raise InvariantViolation(f"{node!r}: {node.tier_children[t]} children counted in tier {t}, {in_tier} there")
-            exclusive_copies = sum(1 for t, e in enumerate(node.entries) if e is not None and t > 0 and not self.tiers[t].inclusive)
+            # An exclusive copy beside another one is allowed only while a transfer pins it (a
+            # load in flight, a prefetch staging into the tier): _release_io frees it with the pin.
+            exclusive_copies = sum(1 for t, e in enumerate(node.entries)
+                                   if e is not None and t > 0 and not self.tiers[t].inclusive and not e.io_ref)
             if exclusive_copies and sum(1 for e in node.entries if e is not None) > 1 and not node.loading:
                 raise InvariantViolation(f"{node!r} resident in an exclusive tier and another tier")
         for tier in self.tiers:

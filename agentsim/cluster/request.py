@@ -55,14 +55,16 @@ class LLMRequest:
     resume_tokens: int = 0          # tokens it needs before its next output token, when last preempted
     resume_computed_tokens: int = 0  # of those, the tokens whose KV it had computed then
     resume_output_left: int = -1    # output tokens still to produce then; -1: never preempted
-    # Time in the waiting queue by cause (seconds; they sum to the time it spent waiting):
-    # no batch slot, no KV memory, held by its own prefetch or return prefetch, the iteration
-    # in progress; then, once admitted, waiting for its first prefill chunk.
+    # Time in the waiting queue before the first admission by cause (seconds; they sum to
+    # queue_wait_s): no batch slot, no KV memory, held by its own prefetch or return prefetch,
+    # the iteration in progress; then, once admitted, waiting for its first prefill chunk.
+    # Waiting again after a preemption is requeue_wait_s (agentsim.cluster.serving.queue_causes).
     queue_slot_s: float = 0.0
     queue_kv_s: float = 0.0
     queue_load_s: float = 0.0
     queue_step_s: float = 0.0
     queue_chunk_s: float = float("nan")
+    requeue_wait_s: float = 0.0
     queue_mark: tuple = ()          # the instance's cumulative cause clocks when it (re)entered the queue
     # Disaggregated serving (agentsim.cluster.serving.disaggregation): the prefill worker that
     # computed the prompt (-1: aggregated serving), its first token, the decode worker's own
@@ -71,10 +73,12 @@ class LLMRequest:
     prefill_done_s: float = float("nan")
     prefill_hit_tokens: int = 0
     prefill_computed_tokens: int = 0
+    prefill_tier_hit_tokens: dict = field(default_factory=dict)   # the prefill worker's hits by tier
     decode_hit_tokens: int = 0
     kv_transfer_bytes: float = 0.0
     kv_transfer_s: float = float("nan")
     decode_queue_s: float = float("nan")
+    decode_first_step_s: float = float("nan")   # KV ready -> end of the decode worker's first step (first token)
     # Prefill-ahead (agentsim.engine.prefill_ahead): a background prefill of a tool gap's context,
     # admitted behind live requests and never recorded as a call; with ``keep_pin`` its committed
     # path stays pinned (``held_node``) for the mechanism to release.

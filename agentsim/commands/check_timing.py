@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import json
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from agentsim.commands.common import console, err_console
+
+
+class Mode(str, Enum):
+    """Rows of one serving mode only (``--mode``)."""
+
+    agg = "agg"
+    disagg = "disagg"
 
 
 def _fmt(value, digits: str = ".3g") -> str:
@@ -45,7 +53,10 @@ def _groups_table(summary: dict):
     for column in ("system", "backend", "mode", "rows", "emulated", "TTFT median", "TTFT p90",
                    "TPOT median", "TPOT p90"):
         table.add_column(column, justify="left" if column in ("system", "backend", "mode") else "right")
-    for g in summary["groups"] + [{"system": "all aggregated", "backend": "", "mode": "agg", **summary["aggregated"]}]:
+    totals = [{"system": "all aggregated", "backend": "", "mode": "agg", **summary["aggregated"]}]
+    if summary["disaggregated"]["rows"]:
+        totals.append({"system": "all disaggregated", "backend": "", "mode": "disagg", **summary["disaggregated"]})
+    for g in summary["groups"] + totals:
         table.add_row(g["system"], g["backend"], g["mode"], str(g["rows"]), str(g["emulated"]),
                       _fmt(g["ttft_error_median"], ".2f"), _fmt(g["ttft_error_p90"], ".2f"),
                       _fmt(g["tpot_error_median"], ".2f"), _fmt(g["tpot_error_p90"], ".2f"))
@@ -60,12 +71,15 @@ def register(app: typer.Typer) -> None:
         sample: Optional[int] = typer.Option(None, "--sample", min=1,
                                              help="emulate a stratified sample of N rows (deterministic)"),
         set_: Optional[list[str]] = typer.Option(None, "--set", help="override a field of every row's scenario: PATH=VALUE"),
+        mode: Optional[Mode] = typer.Option(None, "--mode", help="only the rows of this mode (before --sample)"),
     ) -> None:
         """Emulate measured serving benchmarks and compare predicted with measured TTFT/TPOT."""
         from agentsim.experiments.benchmark_rows import read_rows
         from agentsim.experiments.timing_check import check_rows, stratified_sample, summarize
 
         frame = read_rows(measured)
+        if mode is not None:
+            frame = frame[frame["mode"].astype(str).str.strip() == mode.value]
         if sample is not None:
             frame = stratified_sample(frame, sample)
         overrides = list(set_ or [])

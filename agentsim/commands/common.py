@@ -8,26 +8,17 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.table import Table
 
-from agentsim.metrics.catalogue import display_label, format_value, table_rows, unit_of
+from agentsim.metrics.catalogue import format_value
 from agentsim.metrics.deployment import deployment_lines
+from agentsim.metrics.summary_rows import agent_class_rows, summary_rows
 
 console = Console()
 err_console = Console(stderr=True)
 
 
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        if value != value:
-            return "-"
-        if abs(value) >= 1000 or value == int(value):
-            return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:g}"
-        return f"{value:.4g}"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return str(value)
-
-
 def summary_table(summary: dict, title: str = "summary") -> Table:
+    """The run summary: the deployment, then every figure in its unit
+    (:func:`agentsim.metrics.summary_rows.summary_rows`) and the link totals."""
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -36,39 +27,27 @@ def summary_table(summary: dict, title: str = "summary") -> Table:
         table.add_row(label, text)
     if deployment:
         table.add_section()
-    for key, label in table_rows("summary") + table_rows("hierarchy"):
-        if key in summary and summary[key] is not None:
-            table.add_row(display_label(key, label), format_value(summary[key], unit_of(key)))
-    if isinstance(summary.get("hit_ratio_by_tier"), dict):
-        table.add_row("hit ratio by tier", ", ".join(f"{k}={_fmt(v)}" for k, v in summary["hit_ratio_by_tier"].items()))
+    for label, text in summary_rows(summary, hidden=()):
+        table.add_row(f"[bold yellow]{label}[/]" if label in ("TTL warning", "KV warning") else label, text)
     if isinstance(summary.get("link_kinds"), dict):
         for kind, stats in summary["link_kinds"].items():
-            table.add_row(f"link {kind}", f"{stats['bytes'] / 1e9:,.1f} GB, max utilisation {stats['max_utilisation']:.3g}")
-    by_reason = "evictions_by_reason_blocks" if "evictions_by_reason_blocks" in summary else "evicted_blocks_by_reason"
-    for key in ("regime_by_tier", by_reason, "recomputed_tokens_by_gap", "recomputed_tokens_evicted_by_tier",
-                "queue_wait_share_by_cause"):
-        if isinstance(summary.get(key), dict) and summary[key]:
-            table.add_row(key.replace("_", " "), ", ".join(f"{k}={_fmt(v)}" for k, v in summary[key].items()))
-    if summary.get("ttl_warning"):
-        table.add_row("[bold yellow]TTL warning[/]", summary["ttl_warning"])
+            table.add_row(f"link {kind}", f"{format_value(stats['bytes'], 'bytes')}, "
+                                          f"max utilisation {stats['max_utilisation']:.3g}")
     return table
 
 
 def agent_class_table(summary: dict) -> Table | None:
     """The figures of each agent class of a mixed workload (``summary["by_agent_class"]``), one
-    column per class and one row per metric (catalogue labels), or None for one class."""
-    by_class = summary.get("by_agent_class")
-    if not isinstance(by_class, dict) or not by_class:
+    column per class and one row per metric (catalogue labels and units), or None for one class."""
+    names, rows = agent_class_rows(summary)
+    if not names:
         return None
     table = Table(title="by agent class", show_header=True, header_style="bold")
     table.add_column("metric")
-    for name in by_class:
+    for name in names:
         table.add_column(name, justify="right")
-    labels = dict(table_rows("summary"))
-    labels["requests_measured"] = "requests (measured)"
-    for key in next(iter(by_class.values())):
-        table.add_row(display_label(key, labels.get(key, key.replace("_", " "))),
-                      *(format_value(figures.get(key), unit_of(key)) for figures in by_class.values()))
+    for label, texts in rows:
+        table.add_row(label, *texts)
     return table
 
 

@@ -41,7 +41,7 @@ def print_warnings(notes: list[str]) -> None:
 def replay_table(summary: dict, title: str):
     from rich.table import Table
 
-    from agentsim.commands.common import _fmt
+    from agentsim.metrics.catalogue import format_value
 
     rows = [
         ("requests", "requests"), ("policy", "policy"), ("capacity_blocks", "capacity (blocks)"),
@@ -50,14 +50,14 @@ def replay_table(summary: dict, title: str):
         ("hit_ratio", "hit ratio (blocks)"), ("upper_bound_hit_ratio", "upper bound: no policy exceeds (blocks)"),
         ("ideal_hit_ratio", "ideal hit ratio (unbounded)"),
         ("token_hit_ratio", "token hit ratio"), ("evicted_blocks", "evicted blocks"),
-        ("load_time_s", "load time (s)"), ("replay_time_s", "replay time (s)"),
+        ("load_time_s", "load time"), ("replay_time_s", "replay time"),
     ]
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, label in rows:
         if summary.get(key) is not None:
-            table.add_row(label, _fmt(summary[key]))
+            table.add_row(label, format_value(summary[key], "s" if key.endswith("_s") else ""))
     return table
 
 

@@ -65,12 +65,12 @@ def register(app: typer.Typer) -> None:
         scenario = load_scenario(scenario_file, overrides, seed)
         out_dir = out or Path("runs") / scenario.name
         warned = scenario_warnings(scenario)
-        for note in warned:
-            sys.stderr.write(f"warning: {note}\n")
         stop = StopRequest()
         # --out is checked, locked and staged before the simulation: a read-only or busy
         # directory is found at once, and the results replace it whole (run_directory).
         with StagedDirectory(out_dir, force) as target:
+            for note in warned:   # after --out is accepted: a refused run prints only its error
+                sys.stderr.write(f"warning: {note}\n")
             with stop_on_signals(stop) as caught:
                 if not quiet:
                     sys.stderr.write(f"simulating {scenario.name}: {scenario.duration_s:g} simulated s "
@@ -86,8 +86,9 @@ def register(app: typer.Typer) -> None:
             target.commit()
         ttl_warned = any("TTL" in note for note in warned)  # said before the run: not again
         for note in result_warnings(result.summary):
-            if not (ttl_warned and note == result.summary.get("ttl_warning")):
-                sys.stderr.write(f"warning: {note}\n")
+            if note in warned or (ttl_warned and note == result.summary.get("ttl_warning")):
+                continue
+            sys.stderr.write(f"warning: {note}\n")
         if not quiet:
             console.print(summary_table(result.summary, title=f"{scenario.name} (seed {scenario.seed})"))
             by_class = agent_class_table(result.summary)

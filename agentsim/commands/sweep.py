@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from agentsim.commands.common import console, err_console
+from agentsim.metrics.catalogue import unit_of
 
 
 @contextmanager
@@ -47,13 +48,29 @@ def cell_progress(enabled: bool, description: str = "sweep"):
         yield update
 
 
-def fmt_ci(mean: float, half: float) -> str:
+def fmt_ci(mean: float, half: float, unit: str = "") -> str:
+    """``2.38 s ± 120 ms``: a mean and its 95% CI half-width in the metric's unit (seconds in
+    ms/s/min, bytes in GB; plain numbers otherwise)."""
+    from agentsim.metrics.catalogue import format_value
+
     if mean != mean:
         return "-"
+    if unit in ("s", "bytes"):
+        text = format_value(float(mean), unit)
+        return text + (f" ± {format_value(float(half), unit)}" if half == half and not math.isinf(half) else "")
     text = f"{mean:.4g}"
     if half == half and not math.isinf(half):
         text += f" ± {half:.2g}"
     return text
+
+
+def fmt_diff(value: float, unit: str = "") -> str:
+    """A signed difference in the metric's unit (``+45.5 ms``, ``-0.012``)."""
+    from agentsim.metrics.catalogue import format_value
+
+    if unit in ("s", "bytes"):
+        return ("-" if value < 0 else "+") + format_value(abs(float(value)), unit)
+    return f"{value:+.3g}"
 
 
 #: Width of one cell's column (a "mean ± CI" or "+diff [low, high]*" entry) and of the metric column.
@@ -108,7 +125,8 @@ def _table(title):
 
 def stats_tables(stats, metrics: list[str], title: str, headers: dict[int, list[str]] | None = None,
                  width: int = 80, regimes: dict[int, str] | None = None):
-    """Rows = metrics, columns = cells (headed by their axis values), mean ± 95% CI half-width;
+    """Rows = metrics, columns = cells (headed by their axis values), mean ± 95% CI half-width
+    (times and sizes in their units: :func:`fmt_ci`);
     as many cells per table as fit in ``width``. ``regimes`` (cell index -> eviction regime over
     its seeds) adds a first row saying whether the cell evicted at all: a difference of 0
     between cells that never evict is no finding."""
@@ -128,7 +146,8 @@ def stats_tables(stats, metrics: list[str], title: str, headers: dict[int, list[
             row = []
             for index in chunk:
                 frame = by_cell[index]
-                row.append(fmt_ci(frame.loc[metric, "mean"], frame.loc[metric, "ci_half_width"]) if metric in frame.index else "-")
+                row.append(fmt_ci(frame.loc[metric, "mean"], frame.loc[metric, "ci_half_width"], unit_of(metric))
+                           if metric in frame.index else "-")
             table.add_row(metric, *row)
         yield table
 
@@ -156,9 +175,12 @@ def paired_tables(paired, metrics: list[str], headers: dict[int, list[str]] | No
                     row.append("-")
                     continue
                 r = frame.loc[metric]
-                text = f"{r.mean_diff:+.3g}"
+                unit = unit_of(metric)
+                text = fmt_diff(r.mean_diff, unit)
                 if r.ci_low == r.ci_low:
-                    text += f" [{r.ci_low:+.2g}, {r.ci_high:+.2g}]" + ("*" if r.significant else "")
+                    low, high = ((fmt_diff(r.ci_low, unit), fmt_diff(r.ci_high, unit)) if unit in ("s", "bytes")
+                                 else (f"{r.ci_low:+.2g}", f"{r.ci_high:+.2g}"))
+                    text += f" [{low}, {high}]" + ("*" if r.significant else "")
                 row.append(text)
             table.add_row(metric, *row)
         yield table

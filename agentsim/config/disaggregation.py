@@ -83,12 +83,12 @@ def pool_scenario(scenario, role: str):
 def check_pools(scenario) -> None:
     """Cross-checks of ``serving.disaggregation`` against the rest of the scenario (FieldError)."""
     tiers = scenario.cache.tiers
-    if tiers is not None and tiers.active():
-        raise FieldError(("serving", "disaggregation"), "disaggregated serving with cache.tiers (lower tiers or "
-                         "peer HBM) is not modelled yet: remove one of them")
+    if tiers is not None and tiers.peer_hbm:
+        raise FieldError(("cache", "tiers", "peer_hbm"), "peer-HBM hits are not modelled with disaggregated "
+                         "serving (a decode worker receives its KV from the prefill worker): remove one of them")
     if scenario.serving.sticky_sessions:
         raise FieldError(("serving", "disaggregation"), "serving.sticky_sessions is not supported with disaggregation")
-    weights_bytes = scenario.model.total_params * scenario.model.bytes_per_param
+    weights_bytes = scenario.weights_bytes()
     block_bytes = scenario.cache.block_tokens * scenario.model.kv_bytes_per_token
     for role in ("prefill", "decode"):
         pool = pool_scenario(scenario, role)

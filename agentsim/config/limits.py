@@ -20,7 +20,7 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    max_instances: int = Field(4096, gt=0, description="serving instances (hardware.instances)")
+    max_instances: int = Field(4096, gt=0, description="serving instances (hardware.instances; disaggregated: prefill plus decode workers)")
     max_concurrent_sessions: int = Field(1_000_000, gt=0, description="sessions kept alive by population arrivals, all classes together")
     max_expected_sessions: float = Field(10_000_000, gt=0, description="sessions Poisson arrivals start on average over duration_s, at the peak rate")
     max_duration_s: Seconds = Field(366 * 86400.0, gt=0, description="simulated time (duration_s): one year")
@@ -45,6 +45,14 @@ def check_limits(scenario) -> None:
     if scenario.hardware.instances > limits.max_instances:
         raise FieldError(("hardware", "instances"), f"{scenario.hardware.instances:,} instances exceed the limit of "
                          f"{limits.max_instances:,}; {limit_hint('max_instances')}")
+    disaggregation = scenario.serving.disaggregation
+    if disaggregation is not None:
+        pools = {"prefill": disaggregation.prefill.workers, "decode": disaggregation.decode.workers}
+        if sum(pools.values()) > limits.max_instances:
+            role = max(pools, key=pools.get)
+            raise FieldError(("serving", "disaggregation", role, "workers"),
+                             f"{pools['prefill']:,} prefill + {pools['decode']:,} decode workers exceed the limit of "
+                             f"{limits.max_instances:,} serving instances; {limit_hint('max_instances')}")
     if scenario.duration_s > limits.max_duration_s:
         raise FieldError(("duration_s",), f"{scenario.duration_s:g} s exceeds the limit of {limits.max_duration_s:g} s; "
                          f"{limit_hint('max_duration_s')}")

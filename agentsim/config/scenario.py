@@ -19,6 +19,7 @@ from agentsim.config.distributions import DistributionSpec, require_support_at_l
 from agentsim.config.disaggregation import DisaggregationConfig, check_pools  # noqa: F401
 from agentsim.config.base import PolicyRef, Strict  # noqa: F401  (re-exported: the scenario's parts)
 from agentsim.config.serving import Parallelism, Precision, ServingConfig  # noqa: F401  (re-exported)
+from agentsim.config.weights import weights_bytes
 
 
 def check_output_name(value: str) -> str:
@@ -78,19 +79,20 @@ class HardwareConfig(Strict):
     nic_bytes_per_s: BytesPerSecond = Field(100e9, gt=0, description="scale-out NIC bandwidth per GPU per direction")
     rdma_latency_s: Seconds = Field(5e-6, ge=0, description="network (RDMA) latency per transfer")
 
-    @model_validator(mode="after")
-    def _racks_split_instances(self):
-        # A rack is one NVLink domain: its instances must divide evenly and fit in the domain.
+    def racks_problem(self) -> FieldError | None:
+        """Aggregated serving: the instances must split evenly between the racks and each rack's
+        share fit its NVLink domain (a rack is one NVLink domain). Checked by the scenario, since
+        with disaggregation the pools are placed instead (``serving.disaggregation``)."""
         if self.racks > 1:
             if self.instances % self.racks:
                 noun = "instance does" if self.instances == 1 else "instances do"
-                raise FieldError(("racks",), f"{self.instances} {noun} not split evenly between {self.racks} racks")
+                return FieldError(("hardware", "racks"), f"{self.instances} {noun} not split evenly between {self.racks} racks")
             rack_gpus = self.instances // self.racks * self.gpus_per_instance
             if rack_gpus > self.nvlink_domain_gpus:
-                raise FieldError(("racks",), f"each of the {self.racks} racks would hold {rack_gpus} GPUs "
-                                             f"({self.instances // self.racks} instances x {self.gpus_per_instance}), more "
-                                             f"than its NVLink domain of {self.nvlink_domain_gpus} GPUs")
-        return self
+                return FieldError(("hardware", "racks"), f"each of the {self.racks} racks would hold {rack_gpus} GPUs "
+                                                         f"({self.instances // self.racks} instances x {self.gpus_per_instance}), more "
+                                                         f"than its NVLink domain of {self.nvlink_domain_gpus} GPUs")
+        return None
 
 
 class ModelConfig(Strict):
@@ -447,7 +449,9 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _cross_checks(self):
-        weights_bytes = self.model.total_params * self.model.bytes_per_param
+        if self.serving.disaggregation is None and (problem := self.hardware.racks_problem()) is not None:
+            raise problem
+        weights_bytes = self.weights_bytes()
         hbm_total = self.hardware.hbm_bytes_per_gpu * self.hardware.gpus_per_instance
         if self.hardware.kv_capacity_bytes is None:
             free = hbm_total * (1 - self.hardware.hbm_reserve_fraction) - weights_bytes
@@ -487,8 +491,12 @@ class Scenario(Strict):
         if self.hardware.kv_capacity_bytes is not None:
             return self.hardware.kv_capacity_bytes
         hbm_total = self.hardware.hbm_bytes_per_gpu * self.hardware.gpus_per_instance
-        weights_bytes = self.model.total_params * self.model.bytes_per_param
-        return hbm_total * (1 - self.hardware.hbm_reserve_fraction) - weights_bytes
+        return hbm_total * (1 - self.hardware.hbm_reserve_fraction) - self.weights_bytes()
+
+    def weights_bytes(self) -> float:
+        """Bytes of model weights one instance holds, at the serving precision (see
+        :func:`agentsim.config.weights.weights_bytes`)."""
+        return weights_bytes(self.model, self.serving.precision)
 
     def kv_capacity_blocks_per_instance(self) -> int:
         return int(self.kv_capacity_bytes_per_instance() // (self.cache.block_tokens * self.model.kv_bytes_per_token))

@@ -63,6 +63,10 @@ class ServingConfig(Strict):
     max_num_batched_tokens: int | None = Field(None, gt=0, description="engine name for prefill_chunk_tokens (overrides it when set)")
     disaggregation: DisaggregationConfig | None = Field(
         None, description="separate prefill and decode pools, KV handed over on the topology's links (absent: aggregated)")
+    mixed_prefill: bool | None = Field(
+        None, description="prefill chunks share an iteration with the decoding requests (vLLM and TensorRT-LLM "
+                          "chunked prefill), or run as prefill-only batches while decode waits (SGLang, whose "
+                          "enable_mixed_chunk is off by default); absent: the engine's")
     long_prefill_token_threshold: int | None = Field(
         None, gt=0, description="most tokens one prefilling request takes of an iteration's budget while another request "
                                 "is prefilling too, so a short prompt is not held behind a long cold one (vLLM's "
@@ -78,6 +82,11 @@ class ServingConfig(Strict):
     def kv_admission_rule(self) -> str:
         """The KV admission rule in force: ``kv_admission``, else the engine's own."""
         return self.kv_admission or self.engine
+
+    def mixes_prefill(self) -> bool:
+        """Whether prefill chunks and decode steps share iterations (``mixed_prefill``, else the
+        engine's default: SGLang runs prefill batches apart from decode batches)."""
+        return self.mixed_prefill if self.mixed_prefill is not None else self.engine != "sglang"
 
     def batch_requests(self) -> int:
         """Most requests in one batch (``max_num_seqs`` over ``max_batch_requests``)."""

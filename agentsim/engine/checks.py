@@ -85,12 +85,34 @@ def check_components(scenario, source: str, lines: dict) -> None:
         check_registered(ROUTERS, disaggregation.decode_router, disaggregation.decode_router_params,
                          ("serving", "disaggregation", "decode_router"),
                          ("serving", "disaggregation", "decode_router_params"), source, lines)
+    if disaggregation is not None and scenario.hardware.racks > 1:
+        problem = pools_racks_problem(scenario)
+        if problem is not None:
+            raise InputError(problem, *blame(lines, source, ("hardware", "racks")))
 
     from agentsim.engine.prefill_ahead import PREFILL_AHEAD
 
     ref = serving.prefill_ahead
     check_registered(PREFILL_AHEAD, ref.name, ref.params, ("serving", "prefill_ahead", "name"),
                      ("serving", "prefill_ahead", "params"), source, lines)
+
+
+def pools_racks_problem(scenario) -> str | None:
+    """Disaggregated pools spread over several racks must fit each rack's NVLink domain (a rack
+    is one domain): the message if a rack's share does not, else None."""
+    from agentsim.config.disaggregation import pool_scenario
+    from agentsim.hardware.topology import rack_extents_gpus
+
+    hw = scenario.hardware
+    shapes = [(pool.hardware.instances, pool.hardware.gpus_per_instance)
+              for pool in (pool_scenario(scenario, role) for role in ("prefill", "decode"))]
+    extents = rack_extents_gpus(shapes, hw.nvlink_domain_gpus, hw.racks)
+    if max(extents) > hw.nvlink_domain_gpus:
+        (p_workers, p_gpus), (d_workers, d_gpus) = shapes
+        return (f"{p_workers} prefill workers of {p_gpus} GPUs and {d_workers} decode workers of {d_gpus} GPUs, "
+                f"spread over {hw.racks} racks, need {max(extents)} GPUs in the fullest rack, more than its "
+                f"NVLink domain of {hw.nvlink_domain_gpus} GPUs")
+    return None
 
 
 def check_no_orphans_in_tiers(scenario, source: str, lines: dict) -> None:

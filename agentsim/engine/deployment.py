@@ -23,10 +23,12 @@ def parallelism_text(scenario) -> str:
     return text
 
 
-def deployment_summary(scenario, instances: list, timing) -> dict[str, Any]:
+def deployment_summary(scenario, instances: list, timing, pool_timings: dict | None = None) -> dict[str, Any]:
     """The ``deployment`` object of ``summary.json`` (sizes in bytes, per instance unless named
     otherwise; ``tiers`` lists the cache tiers of one instance, HBM first, with their KV
-    capacity)."""
+    capacity). ``timing`` is the step timer of ``instances`` (one for all of them: they share
+    the deployment); ``pool_timings`` (role -> timer) the timers of a disaggregated run's pools,
+    recorded as ``timing_by_pool``."""
     hw, model, serving = scenario.hardware, scenario.model, scenario.serving
     block_bytes = scenario.cache.block_tokens * model.kv_bytes_per_token
     tiers = list(getattr(instances[0].cache, "tiers", None) or [instances[0].cache]) if instances else []
@@ -52,4 +54,7 @@ def deployment_summary(scenario, instances: list, timing) -> dict[str, Any]:
                    "eviction": getattr(tier.policy, "registered_name", None)} for tier in tiers],
         "timing_source": timing.source,
         "timing_deployment": timing.deployment,
+        "timing_reason": timing.reason,
+        "timing_by_pool": ({role: {"source": t.source, "deployment": t.deployment, "reason": t.reason}
+                            for role, t in pool_timings.items()} if pool_timings else None),
     }

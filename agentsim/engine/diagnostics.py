@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 import time
+from array import array
 from typing import Any
 
 import numpy as np
@@ -89,8 +90,9 @@ class EvictionAgeRecorder:
 
     def __init__(self, env, policy: EvictionPolicy):
         self.env = env
-        self.ages_s: list[float] = []
-        self.blocks: list[int] = []
+        # Plain 8-byte values (a list held a float object per eviction: 32 bytes, not 8).
+        self.ages_s = array("d")
+        self.blocks = array("q")
         original = policy.on_remove
 
         def on_remove(node, blocks, reason, _original=original):
@@ -104,8 +106,8 @@ class EvictionAgeRecorder:
 
 def _age_stats(recorders: list[EvictionAgeRecorder]) -> tuple[float, float, float]:
     """(block-weighted median, mean, max) idle age at capacity eviction; NaN when none."""
-    ages = np.array([a for r in recorders for a in r.ages_s], dtype=float)
-    weights = np.array([b for r in recorders for b in r.blocks], dtype=float)
+    ages = np.concatenate([np.asarray(r.ages_s, dtype=float) for r in recorders] or [np.empty(0)])
+    weights = np.concatenate([np.asarray(r.blocks, dtype=float) for r in recorders] or [np.empty(0)])
     if weights.sum() <= 0:
         return float("nan"), float("nan"), float("nan")
     return weighted_median(ages, weights), float((ages * weights).sum() / weights.sum()), float(ages.max())

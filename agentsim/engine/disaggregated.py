@@ -10,53 +10,82 @@ import numpy as np
 from agentsim.engine.policy_factory import eviction_policy
 from agentsim.cache.radix import RadixCache
 from agentsim.cluster.routers import make_router
-from agentsim.cluster.serving.disaggregation import DisaggregatedServing, HandoffPorts, place_pools
+from agentsim.cluster.serving.disaggregation import DisaggregatedServing, HandoffPorts
 from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.serving.kv_admission import make_kv_admission
 from agentsim.config.disaggregation import pool_scenario
+from agentsim.engine.hierarchy import Hierarchy
 from agentsim.hardware.timing.select import build_timer
+from agentsim.hardware.topology import place_pools
 
 
 class DisaggregatedCluster:
     """Both pools of one simulation. ``decode`` are the instances the rest of the run sees as its
     serving instances (they finish calls and keep sessions' KV between calls); ``prefill`` are
-    reported separately."""
+    reported separately.
+
+    Workers are placed over ``hardware.racks`` (:func:`~agentsim.hardware.topology.place_pools`:
+    each pool spread evenly over the racks), prefill workers numbered first. With lower tiers
+    (``cache.tiers``) one :class:`~agentsim.engine.hierarchy.Hierarchy` spans both pools: every
+    worker has its tiered cache and links (its DRAM share sized by its own GPUs), a shared remote
+    store is read and written by all of them, and hand-offs cross the workers' own NICs and
+    NVLink ingress, sharing them with tier traffic."""
 
     def __init__(self, env, scenario, on_finish, check_invariants: bool):
         self.scenario = scenario
         config = scenario.serving.disaggregation
+        hw = scenario.hardware
         self.pools = {role: pool_scenario(scenario, role) for role in ("prefill", "decode")}
         self.timers = {role: build_timer(pool) for role, pool in self.pools.items()}
         self.capacity_blocks = {role: pool.kv_capacity_blocks_per_instance() for role, pool in self.pools.items()}
-        prefill_at, decode_at = place_pools(
-            config.prefill.workers, self.pools["prefill"].hardware.gpus_per_instance,
-            config.decode.workers, self.pools["decode"].hardware.gpus_per_instance, scenario.hardware.nvlink_domain_gpus)
+        shapes = [(pool.hardware.instances, pool.hardware.gpus_per_instance) for pool in self.pools.values()]
+        prefill_at, decode_at = place_pools(shapes, hw.gpus_per_tray, hw.nvlink_domain_gpus, hw.racks)
+        self.placements = {"prefill": prefill_at, "decode": decode_at}
+        tiers = scenario.cache.tiers
+        self.hierarchy = (Hierarchy(env, scenario, prefill_at + decode_at) if tiers is not None and tiers.active()
+                          else None)
         self.front: DisaggregatedServing | None = None
         self.prefill = self._pool(env, "prefill", lambda leg: self.front.prefill_finished(leg), check_invariants)
         self.decode = self._pool(env, "decode", on_finish, check_invariants)
-        hw = scenario.hardware
-        efficiency = config.transfer_efficiency
-        prefill_ports = [HandoffPorts(env, f"prefill{i}.out", self.pools["prefill"].hardware.gpus_per_instance, hw, efficiency)
-                         for i in range(len(self.prefill))]
-        decode_ports = [HandoffPorts(env, f"decode{i}.in", self.pools["decode"].hardware.gpus_per_instance, hw, efficiency)
-                        for i in range(len(self.decode))]
+        if self.hierarchy is not None:
+            self.hierarchy.connect_peers(self.prefill + self.decode)
+        prefill_ports = [self._ports(env, f"prefill{i}.out", "prefill", i, ingress=False) for i in range(len(self.prefill))]
+        decode_ports = [self._ports(env, f"decode{i}.in", "decode", i, ingress=True) for i in range(len(self.decode))]
         self.front = DisaggregatedServing(
             env, self.prefill, self.decode, make_router(self.pools["prefill"], self.prefill, env),
-            make_router(self.pools["decode"], self.decode, env), prefill_ports, decode_ports, prefill_at, decode_at)
+            make_router(self.pools["decode"], self.decode, env), prefill_ports, decode_ports, prefill_at, decode_at,
+            config.transfer_efficiency)
         self.front.on_rejected = on_finish
+
+    def _ports(self, env, name: str, role: str, index: int, ingress: bool) -> HandoffPorts:
+        """A worker's hand-off ports: with a hierarchy its own NIC (and, ingress, NVLink) links."""
+        gpus = self.pools[role].hardware.gpus_per_instance
+        if self.hierarchy is None:
+            return HandoffPorts(env, name, gpus, self.scenario.hardware)
+        links = self.hierarchy.topology.links[self.placements[role][index].instance]
+        return HandoffPorts(env, name, gpus, self.scenario.hardware, nvlink=links.nvlink_in if ingress else None,
+                            nic=links.nic)
 
     def _pool(self, env, role: str, on_finish, check_invariants: bool) -> list[ServingInstance]:
         pool = self.pools[role]
         serving = pool.serving
         block_tokens = pool.cache.block_tokens
         ref = pool.cache.eviction
-        return [ServingInstance(env, index, RadixCache(self.capacity_blocks[role], eviction_policy(ref, self.scenario, block_tokens),
-                                                       name="hbm"),
-                                self.timers[role][0], block_tokens, serving.batch_requests(), serving.batch_tokens(),
-                                on_finish=on_finish, check_invariants=check_invariants,
-                                kv_rule=make_kv_admission(serving, block_tokens), preemption=serving.preemption,
-                                long_prefill_tokens=serving.long_prefill_token_threshold)
-                for index in range(pool.hardware.instances)]
+        out = []
+        for index in range(pool.hardware.instances):
+            extra = {}
+            if self.hierarchy is not None:
+                at = self.placements[role][index].instance      # numbered across both pools
+                cache = self.hierarchy.make_cache(at, self.capacity_blocks[role], pool)
+                extra = self.hierarchy.instance_kwargs(at)
+            else:
+                cache = RadixCache(self.capacity_blocks[role], eviction_policy(ref, self.scenario, block_tokens), name="hbm")
+            out.append(ServingInstance(env, index, cache, self.timers[role][0], block_tokens, serving.batch_requests(),
+                                       serving.batch_tokens(), on_finish=on_finish, check_invariants=check_invariants,
+                                       kv_rule=make_kv_admission(serving, block_tokens), preemption=serving.preemption,
+                                       long_prefill_tokens=serving.long_prefill_token_threshold,
+                                       mixed_prefill=serving.mixes_prefill(), **extra))
+        return out
 
     @property
     def gpus(self) -> int:
@@ -78,8 +107,9 @@ class DisaggregatedCluster:
                      "prefill_iterations": sum(i.iterations for i in self.prefill),
                      "kv_transfers": sum(h.transfers for h in self.front.handoffs),
                      "kv_transfer_bytes": float(sum(h.transferred_bytes for h in self.front.handoffs)),
-                     "decode_hit_tokens": int(done.decode_hit_tokens.sum()) if len(done) else 0}
-        for part in ("queue_wait", "prefill", "decode_queue", "kv_transfer"):
+                     "decode_hit_tokens": int(done.decode_hit_tokens.sum()) if len(done) else 0,
+                     "racks": self.scenario.hardware.racks}
+        for part in ("queue_wait", "prefill", "decode_queue", "kv_transfer", "decode_first_step"):
             values = done[f"{part}_s"].to_numpy(dtype=float) if len(done) else np.array([])
             values = values[np.isfinite(values)]
             out[f"ttft_{part}_mean_s"] = float(values.mean()) if len(values) else float("nan")
@@ -87,12 +117,12 @@ class DisaggregatedCluster:
         served = done.prefill_worker.value_counts() if len(done) else None
         out["prefill_busiest_share"] = (float(served.max() * len(self.prefill) / served.sum())
                                         if served is not None and len(served) else float("nan"))
-        links = {link.name: link.stats(simulated_s) for link in self.front.all_links()}
-        # Every hand-off crosses one egress and one ingress port: count the bytes once, at ingress.
-        ingress = [link.name for ports in self.front.decode_ports for link in ports.links()]
-        out["kv_transfer_bytes_by_link_kind"] = {kind: sum(links[name]["bytes"] for name in ingress if links[name]["kind"] == kind)
+        # Payload bytes by link kind, counted once per hand-off (each crosses two ports).
+        out["kv_transfer_bytes_by_link_kind"] = {kind: float(sum(h.bytes_by_link_kind[kind] for h in self.front.handoffs))
                                                  for kind in ("nvlink", "network")}
-        out["kv_transfer_link_max_utilisation"] = max((s["utilisation"] for s in links.values()), default=0.0)
+        ports = {link.name: link for p in self.front.prefill_ports + self.front.decode_ports for link in p.links()}
+        out["kv_transfer_link_max_utilisation"] = max((link.stats(simulated_s)["utilisation"] for link in ports.values()),
+                                                      default=0.0)
         return out
 
     def link_table(self, simulated_s: float):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import simpy
 
-from agentsim.hardware.tier_kinds import tier_names
+from agentsim.hardware.tier_kinds import host_tier, tier_names
 from agentsim.hardware.topology import build_topology, tier_capacity_bytes
 
 
@@ -17,31 +17,39 @@ class Hierarchy:
     instances keep the plain single-tier :class:`~agentsim.cache.radix.RadixCache`.
     """
 
-    def __init__(self, env: simpy.Environment, scenario):
+    def __init__(self, env: simpy.Environment, scenario, placements=None):
+        """``placements``: the disaggregated workers' (prefill then decode, numbered across both
+        pools: :func:`~agentsim.hardware.topology.place_pools`); absent, the instances'."""
         from agentsim.cluster.serving.load_rules import LOAD_RULES
 
         self.env = env
         self.scenario = scenario
         self.config = scenario.cache.tiers
-        self.topology = build_topology(env, scenario)
+        self.topology = build_topology(env, scenario, placements)
         self.block_bytes = scenario.cache.block_tokens * scenario.model.kv_bytes_per_token
         rule = self.config.load_rule
         self.load_rule_cls = LOAD_RULES.get(rule.name)
         self.caches = []
         self.instances = []
 
-    def make_cache(self, instance: int, hbm_capacity_blocks: int):
+    def make_cache(self, instance: int, hbm_capacity_blocks: int, hardware_scenario=None):
+        """The tiered cache of ``instance`` (its index in the placements). ``hardware_scenario``:
+        the scenario as this instance's pool sees it (its GPUs size the DRAM share), if not the
+        scenario itself."""
         from agentsim.cache.tiers import TieredCache, TierSpec
         from agentsim.engine.policy_factory import eviction_policy
 
         def policy(ref):
             return eviction_policy(ref, self.scenario)
 
+        sized_by = hardware_scenario if hardware_scenario is not None else self.scenario
         lower = []
-        for name, cfg in self.config.enabled_tiers():
-            capacity = int(tier_capacity_bytes(self.scenario, name, cfg, self.topology, instance) // self.block_bytes)
+        enabled = self.config.enabled_tiers()
+        host = host_tier([name for name, _ in enabled])
+        for name, cfg in enabled:
+            capacity = int(tier_capacity_bytes(sized_by, name, cfg, self.topology, instance) // self.block_bytes)
             lower.append(TierSpec(name, max(1, capacity), policy(cfg.eviction), cfg.write_policy,
-                                  cfg.write_through_hits, cfg.inclusive))
+                                  cfg.write_through_hits, cfg.inclusive, host=name == host))
         cache = TieredCache(hbm_capacity_blocks, policy(self.scenario.cache.eviction), lower, name="hbm")
         self.caches.append(cache)
         return cache

@@ -16,9 +16,12 @@ including tokens no cache could have held. :class:`RecomputeClassifier` splits i
 
 The three sum to ``recomputed_tokens`` (checked with ``run.check_invariants``).
 
-Memory: what a cache lost is kept in a dict from block key to how it was lost (the first
-instance that lost it and the tier), about 100 bytes a key, plus a dict per further instance for
-keys lost on several (shared prefixes). Removals by a history rewrite are not kept (a rewritten
+Memory: what a cache lost is kept per block key as a code (the instance that lost it and the
+tier) in up to :data:`DENSE_LAYERS` maps dense over the key allocator's ids
+(:class:`~agentsim.cache.key_map.DenseKeyMap`, 4 bytes a key of their span: the first instance
+that lost the key, the second, ...), plus a dict per further instance for keys lost on more
+instances than that (shared prefixes). A dict from key to code cost about 100 bytes a key, and
+a rack's sessions move between instances often enough that a second owner is common. Removals by a history rewrite are not kept (a rewritten
 key never recurs; the rewrite's positions say what was invalidated), and the keys a rewrite
 replaced and an ended agent's private keys are forgotten (:meth:`RecomputeClassifier.forget`:
 no later call can send them), so
@@ -31,8 +34,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from agentsim.cache.key_map import DenseKeyMap
+
 #: A loss record: ``(instance + 1) << 8 | 1 + tier index`` (one int per key).
 _TIER_BITS = 8
+#: Dense maps of loss codes (the first, second, ... instance to lose a key); owners beyond them
+#: go to a dict per instance.
+DENSE_LAYERS = 3
 
 
 def _removed_keys(obj, blocks: int) -> list[int]:
@@ -50,7 +58,9 @@ class RecomputeClassifier:
     def __init__(self, instances: list, block_tokens: int, warmup_s: float):
         self.block_tokens = block_tokens
         self.warmup_s = warmup_s
-        self._lost: dict[int, int] = {}                 # key -> (owner + 1) << 8 | (1 + tier)
+        #: Layer i: key -> code ``(owner + 1) << 8 | (1 + tier)`` of the (i+1)-th instance to
+        #: lose it. A key is set in layers 0..k-1 only (records are removed from all at once).
+        self._layers: list[DenseKeyMap] = [DenseKeyMap()]
         self._spill: dict[int, dict[int, int]] = {}     # instance -> key -> 1 + tier
         #: ``() -> (oldest live key, protected keys)`` (the agent driver's ``key_horizon``):
         #: when set, records of dead keys (below the oldest live key, not protected) are purged
@@ -78,37 +88,70 @@ class RecomputeClassifier:
         policy.on_remove = on_remove
 
     def _record(self, instance: int, keys: list[int], tier_index: int) -> None:
-        lost = self._lost
         owner = instance + 1
         code = (owner << _TIER_BITS) | (1 + tier_index)
+        first = self._layers[0]
+        values, base = first.values, first.base
+        size = len(values)
+        added = 0
         spill = None
         for key in keys:
-            held = lost.get(key)
-            if held is None or held >> _TIER_BITS == owner:
-                lost[key] = code
+            # The first layer's array, inline (the common cases: a key lost for the first time,
+            # or again by the same instance).
+            i = key - base
+            if 0 <= i < size:
+                held = values[i]
+                if not held:
+                    values[i] = code
+                    added += 1
+                    continue
+                if held >> _TIER_BITS == owner:
+                    values[i] = code
+                    continue
             else:
-                if spill is None:
-                    spill = self._spill.setdefault(instance, {})
-                spill[key] = 1 + tier_index
-        if len(lost) > self._purge_at and self.key_horizon is not None:
+                held = first.get(key)
+                if not held or held >> _TIER_BITS == owner:
+                    first.count += added      # set() may re-base, which reads the count
+                    added = 0
+                    first.set(key, code)
+                    values, base = first.values, first.base
+                    size = len(values)
+                    continue
+            for layer in self._layers[1:]:
+                held = layer.get(key)
+                if not held or held >> _TIER_BITS == owner:
+                    layer.set(key, code)
+                    break
+            else:
+                if len(self._layers) < DENSE_LAYERS:
+                    layer = DenseKeyMap()
+                    layer.set(key, code)
+                    self._layers.append(layer)
+                else:
+                    if spill is None:
+                        spill = self._spill.setdefault(instance, {})
+                    spill[key] = 1 + tier_index
+        first.count += added
+        if len(first) > self._purge_at and self.key_horizon is not None:
             self._purge()
 
     def _purge(self) -> None:
         oldest, protected = self.key_horizon()
-        self._lost = {k: v for k, v in self._lost.items() if k >= oldest or k in protected}
+        for layer in self._layers:
+            layer.drop_below(oldest, protected)
         for instance, spill in self._spill.items():
             self._spill[instance] = {k: v for k, v in spill.items() if k >= oldest or k in protected}
-        self._purge_at = max(4096, 2 * len(self._lost))
+        self._purge_at = max(4096, 2 * len(self._layers[0]))
 
     def forget(self, keys: list[int]) -> None:
         """``keys`` can never be requested again (their agent ended, or a rewrite replaced them):
         drop their loss records."""
-        lost = self._lost
-        if not lost:
+        if not self._layers[0].count:
             return
-        pop = lost.pop
-        for key in keys:
-            pop(key, None)
+        for layer in self._layers:
+            pop = layer.pop
+            for key in keys:
+                pop(key)
         for spill in self._spill.values():
             for key in keys:
                 spill.pop(key, None)
@@ -116,12 +159,31 @@ class RecomputeClassifier:
     def _tiers_lost(self, instance: int, keys: list[int]) -> list[int]:
         """For each of ``keys``: 1 + the tier ``instance`` lost it from, or 0 if it never did."""
         owner = instance + 1
-        lost = self._lost
+        first, *later = self._layers
+        values, base = first.values, first.base
+        size = len(values)
         spill = self._spill.get(instance) or {}
         out = []
         for key in keys:
-            held = lost.get(key, 0)
-            out.append(held & 0xFF if held >> _TIER_BITS == owner else spill.get(key, 0))
+            i = key - base
+            held = values[i] if 0 <= i < size else first.get(key)
+            if not held:
+                out.append(0)                  # later layers hold a key only if the first does
+                continue
+            if held >> _TIER_BITS == owner:
+                out.append(held & 0xFF)
+                continue
+            tier = 0
+            for layer in later:
+                held = layer.get(key)
+                if not held:
+                    break
+                if held >> _TIER_BITS == owner:
+                    tier = held & 0xFF
+                    break
+            else:
+                tier = spill.get(key, 0)
+            out.append(tier)
         return out
 
     def classify(self, request) -> tuple[int, int, int]:
@@ -136,9 +198,10 @@ class RecomputeClassifier:
         missed = request.prompt_keys[first:]
         rewrite = request.rewrite
         rewritten = bool(rewrite) and rewrite[0] == request.instance and rewrite[2] > first
-        if not missed or (not self._lost and not rewritten):
+        any_lost = self._layers[0].count > 0
+        if not missed or (not any_lost and not rewritten):
             return recomputed, 0, 0
-        tiers = np.array(self._tiers_lost(request.instance, missed) if self._lost else [0] * len(missed))
+        tiers = np.array(self._tiers_lost(request.instance, missed) if any_lost else [0] * len(missed))
         lost = tiers > 0
         invalid = np.zeros(len(missed), dtype=bool)
         if rewritten:
@@ -153,5 +216,5 @@ class RecomputeClassifier:
         return recomputed - evicted - invalidated, evicted, invalidated
 
     def state_bytes(self) -> int:
-        """Memory held by the record (an estimate: 100 bytes a key)."""
-        return 100 * (len(self._lost) + sum(len(d) for d in self._spill.values()))
+        """Memory held by the record (the dense maps' arrays; 100 bytes a key for dicts)."""
+        return sum(layer.state_bytes() for layer in self._layers) + 100 * sum(len(d) for d in self._spill.values())

@@ -3,7 +3,18 @@
 Not errors (the scenario is well formed and the run is reproducible), but a run that rejects
 every request, or a TTL policy whose TTL is longer than the whole run, answers no question
 about the cache. :func:`scenario_warnings` is checked before the run, :func:`result_warnings`
-after it; the CLI prints each as one ``warning:`` line on stderr.
+after it; the CLI prints each as one ``warning:`` line on stderr (a warning given before the
+run is not repeated after it).
+
+Too little KV (:func:`kv_capacity_warning`): the KV capacity left beside the weights must hold
+at least one request at the context limit (``max_context_tokens``, the model window the
+workload's prompts are capped at). It is the check a serving engine makes at start-up (vLLM
+refuses to start when its KV cache cannot hold one ``max_model_len`` sequence), it does not
+depend on the run's outcome, and a run that fails it rejects every request that reaches the
+limit. The other candidate, "cannot hold ``max_num_seqs`` mean prompts", was not chosen: it
+holds for every deliberately KV-bound study (the shipped rack and TTL scenarios hold 10 to 35
+mean prompts beside 32 to 64 batch slots), where being bound by KV memory is the finding, not a
+mistake; the summary's queue causes (``queue_kv_mean_s``) already say when that happens.
 """
 
 from __future__ import annotations
@@ -17,11 +28,41 @@ def _policy_refs(scenario):
             yield f"cache.tiers.{name}.eviction", tier.eviction
 
 
+def kv_capacity_warning(scenario) -> str | None:
+    """Why the KV capacity of an instance (of each pool, disaggregated) cannot hold one request
+    at the context limit of the agent class with the longest one, or None when it can."""
+    from agentsim.config.disaggregation import pool_scenario
+    from agentsim.metrics.catalogue import format_value
+
+    classes = scenario.workload.agent_classes
+    if not classes:
+        return None
+    name = max(classes, key=lambda c: classes[c].max_context_tokens)
+    limit_tokens = classes[name].max_context_tokens
+    views = ([("instance", "hardware.kv_capacity_bytes", scenario)] if scenario.serving.disaggregation is None else
+             [(f"{role} worker", f"serving.disaggregation.{role}.kv_capacity_bytes", pool_scenario(scenario, role))
+              for role in ("prefill", "decode")])
+    for who, knob, view in views:
+        capacity_tokens = view.kv_capacity_blocks_per_instance() * view.cache.block_tokens
+        if capacity_tokens < limit_tokens:
+            needed_bytes = limit_tokens * view.model.kv_bytes_per_token
+            return (f"too little KV: {format_value(view.kv_capacity_bytes_per_instance(), 'bytes')} of KV per "
+                    f"{who} holds {capacity_tokens:,} tokens, less than one request at the context limit "
+                    f"(workload.agent_classes.{name}.max_context_tokens = {limit_tokens:,} tokens, "
+                    f"{format_value(needed_bytes, 'bytes')} of KV): requests whose context grows that long are "
+                    f"rejected (a serving engine would not start); raise {knob} or lower max_context_tokens")
+    return None
+
+
 def scenario_warnings(scenario) -> list[str]:
-    """Problems visible before the run: a TTL that cannot fire within ``duration_s``."""
+    """Problems visible before the run: a TTL that cannot fire within ``duration_s``; too
+    little KV for one request at the context limit (:func:`kv_capacity_warning`)."""
     from agentsim.cache.policies import EVICTION_POLICIES
 
     notes = []
+    kv_note = kv_capacity_warning(scenario)
+    if kv_note is not None:
+        notes.append(kv_note)
     for path, ref in _policy_refs(scenario):
         policy = EVICTION_POLICIES.create(ref.name, ref.params)
         ttl_s = getattr(policy, "ttl_s", None)
@@ -33,9 +74,12 @@ def scenario_warnings(scenario) -> list[str]:
 
 
 def result_warnings(summary: dict) -> list[str]:
-    """Problems visible in the result: every measured request rejected, a TTL that never fired
+    """Problems visible in the result: too little KV for one request at the context limit
+    (``kv_capacity_warning``), every measured request rejected, a TTL that never fired
     (``ttl_warning``, judged against the tier the TTL applies to)."""
     notes = []
+    if summary.get("kv_capacity_warning"):
+        notes.append(str(summary["kv_capacity_warning"]))
     if summary.get("ttl_warning"):
         notes.append(str(summary["ttl_warning"]))
     requests = summary.get("requests") or 0

@@ -22,6 +22,7 @@ from agentsim.cluster.routers import make_router
 from agentsim.engine.disaggregated import DisaggregatedCluster
 from agentsim.engine.hierarchy import Hierarchy, load_breakdown
 from agentsim.engine.agents import AgentDriver
+from agentsim.engine.run_warnings import kv_capacity_warning
 from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecord, TierHitRecord, with_tier_hit_columns
 from agentsim.engine.economics import economics_summary
 from agentsim.metrics.summary import summarize_requests
@@ -121,18 +122,21 @@ class Simulation:
         # Memory hierarchy below HBM (tiers, links, topology): only when the scenario enables it,
         # so HBM-only runs keep the single-tier cache and its speed.
         tiers = scenario.cache.tiers
-        self.hierarchy = Hierarchy(self.env, scenario) if tiers is not None and tiers.active() else None
         # Disaggregated serving: prefill and decode pools; the decode workers are the instances
-        # the rest of the run sees, and the pools' front takes the router's place.
+        # the rest of the run sees, and the pools' front takes the router's place (it builds the
+        # hierarchy over both pools' workers).
+        self.hierarchy = None
         self.disaggregated = None
         if scenario.serving.disaggregation is not None:
             self.disaggregated = DisaggregatedCluster(self.env, scenario, self._on_finish, scenario.run.check_invariants)
+            self.hierarchy = self.disaggregated.hierarchy
             self.cost, self.timing = self.disaggregated.timers["decode"]
             self.capacity_blocks = self.disaggregated.capacity_blocks["decode"]
             self.instances = self.disaggregated.decode
         else:
             self.cost, self.timing = build_timer(scenario)
             self.capacity_blocks = scenario.kv_capacity_blocks_per_instance()
+            self.hierarchy = Hierarchy(self.env, scenario) if tiers is not None and tiers.active() else None
         for index in range(scenario.hardware.instances if self.disaggregated is None else 0):
             extra = {}
             if self.hierarchy is not None:
@@ -147,9 +151,10 @@ class Simulation:
                 serving.batch_requests(), serving.batch_tokens(),
                 on_finish=self._on_finish, check_invariants=scenario.run.check_invariants,
                 kv_rule=make_kv_admission(serving, self.block_tokens), preemption=serving.preemption,
-                long_prefill_tokens=serving.long_prefill_token_threshold, **extra,
+                long_prefill_tokens=serving.long_prefill_token_threshold,
+                mixed_prefill=serving.mixes_prefill(), **extra,
             ))
-        if self.hierarchy is not None:
+        if self.hierarchy is not None and self.disaggregated is None:
             self.hierarchy.connect_peers(self.instances)
         self.router = (make_router(scenario, self.instances, self.env) if self.disaggregated is None
                        else self.disaggregated.front)
@@ -255,9 +260,10 @@ class Simulation:
             preempted_recompute_tokens=request.preempted_recompute_tokens,
             queue_slot_s=request.queue_slot_s, queue_kv_s=request.queue_kv_s, queue_load_s=request.queue_load_s,
             queue_step_s=request.queue_step_s, queue_chunk_s=request.queue_chunk_s,
+            requeue_wait_s=request.requeue_wait_s,
             prefill_worker=request.prefill_worker, decode_hit_tokens=request.decode_hit_tokens,
             kv_transfer_bytes=request.kv_transfer_bytes, decode_queue_s=request.decode_queue_s,
-            kv_transfer_s=request.kv_transfer_s,
+            kv_transfer_s=request.kv_transfer_s, decode_first_step_s=request.decode_first_step_s,
             recomputed_cold_tokens=cold, recomputed_evicted_tokens=evicted,
             recomputed_invalidated_tokens=invalidated,
         ))
@@ -386,7 +392,9 @@ class Simulation:
             "timing_source": self.timing.source,
             "timing_reason": self.timing.reason,
             "timing_deployment": self.timing.deployment,
-            "deployment": deployment_summary(scenario, self.instances, self.timing),
+            "deployment": deployment_summary(scenario, self.instances, self.timing, pool_timings=(
+                {role: timer for role, (_cost, timer) in self.disaggregated.timers.items()}
+                if self.disaggregated is not None else None)),
             "simulated_s": simulated_s,
             "wall_s": wall_s,
             "simulated_requests_per_wall_s": len(requests) / wall_s if wall_s > 0 else math.inf,
@@ -403,6 +411,8 @@ class Simulation:
             # A trace replay has no tool gaps whose output could stream in ahead of the call.
             summary["prefill_ahead"] = f"{scenario.serving.prefill_ahead.name} (not applied: the workload has no agent tool gaps)"
         summary["recomputed_tokens_evicted_by_tier"] = dict(self.recompute.evicted_by_tier_tokens)
+        # Too little KV for one request at the context limit (a trace's prompts have no such limit).
+        summary["kv_capacity_warning"] = kv_capacity_warning(scenario) if isinstance(self.driver, AgentDriver) else None
         summary["recompute_record_bytes"] = self.recompute.state_bytes()
         tables = {"requests": requests, "occupancy": occupancy}
         if self.hierarchy is not None:
@@ -410,7 +420,9 @@ class Simulation:
             tables["links"] = self.hierarchy.link_table(simulated_s)
         if self.disaggregated is not None:
             summary.update(self.disaggregated.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))
-            tables["links"] = self.disaggregated.link_table(simulated_s)
+            handoff_ports = self.disaggregated.link_table(simulated_s)
+            tables["links"] = (handoff_ports if self.hierarchy is None
+                               else pd.concat([tables["links"], handoff_ports], ignore_index=True))
         tables.update(self.timeseries.tables())
         # A run stopped early (Ctrl-C, SIGTERM) summarises the requests finished so far.
         summary["complete"] = self.stop_reason is None

@@ -52,9 +52,6 @@ SAME_ARCHITECTURE = {
 _QUANT_SUFFIXES = ("-NVFP4", "-FP8", "-FP4")
 #: Organisations that re-publish other organisations' checkpoints quantised.
 _REPUBLISHERS = {"nvidia": {"DeepSeek": "deepseek-ai", "Qwen3": "Qwen", "Llama": "meta-llama", "GLM": "zai-org"}}
-#: Weight bytes per parameter of each quantisation (block scales included for the 4-bit ones).
-BYTES_PER_PARAM = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625,
-                   "int4_wo": 0.5625, "w4a16_mxfp4": 0.53125}
 
 
 class RowSkipped(Exception):
@@ -195,10 +192,8 @@ def row_scenario(row: dict) -> dict:
         if value:  # empty or 0: the default split
             parallelism[key] = value
     precision = {k: v for k, v in (("weights", gemm), ("moe", moe)) if v is not None}
+    # The weights' bytes follow the precision (agentsim.config.weights).
     model = {"profile": profile, "name": timing_model(model_path)}
-    weight_quant = moe or gemm
-    if weight_quant in BYTES_PER_PARAM:
-        model["bytes_per_param"] = BYTES_PER_PARAM[weight_quant]
     return {
         "name": f"check-timing {row['id']}",
         "seed": 0,

@@ -73,7 +73,10 @@ def disaggregated_row_scenario(row: dict, aggregated_scenario: Callable[[dict], 
     """The scenario mapping that emulates disaggregated ``row`` (raises DisaggRowError)."""
     prefill, decode = pool(row, "prefill"), pool(row, "decode")
     clients = concurrency(row)
-    as_aggregated = {**row, "mode": "agg", "batch_size": float(prefill.get("max_num_seqs", 1))}
+    # ``batch_size`` of an aggregated row is per attention-DP rank, as ``prefill_batch_size``
+    # is: giving it the prefill worker's whole batch (per-rank batch x DP) would count the DP
+    # ranks twice (the builder multiplies by attention_dp_size again).
+    as_aggregated = {**row, "mode": "agg", "batch_size": float(_int(row.get("prefill_batch_size")) or 1)}
     for column, key in _PARALLELISM:
         as_aggregated[column] = float(prefill["parallelism"].get(key, 0))
     data = aggregated_scenario(as_aggregated)

@@ -195,9 +195,10 @@ def _block(results: list[RowResult]) -> dict:
 
 
 def summarize(results: list[RowResult]) -> dict:
-    """Error-factor statistics: over every row, over the aggregated rows (the ones that can be
-    emulated today), per (system, backend, mode), and the skip reasons with their counts."""
+    """Error-factor statistics: over every row, over the aggregated and over the disaggregated
+    rows, per (system, backend, mode), and the skip reasons with their counts."""
     aggregated = [r for r in results if r.mode == "agg"]
+    disaggregated = [r for r in results if r.mode == "disagg"]
     groups: dict[tuple[str, str, str], list[RowResult]] = {}
     for r in results:
         groups.setdefault((r.system, r.backend, r.mode), []).append(r)
@@ -209,7 +210,7 @@ def summarize(results: list[RowResult]) -> dict:
     for r in results:
         if r.timing_source:
             sources[r.timing_source] = sources.get(r.timing_source, 0) + 1
-    return {"all": _block(results), "aggregated": _block(aggregated),
+    return {"all": _block(results), "aggregated": _block(aggregated), "disaggregated": _block(disaggregated),
             "groups": [{"system": s, "backend": b, "mode": m, **_block(rs)} for (s, b, m), rs in sorted(groups.items())],
             "timing_sources": dict(sorted(sources.items())),
             "skipped_reasons": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))}

@@ -11,8 +11,16 @@ validate a scenario's tiers against them and the run reports hits per kind, so a
 links read (in :class:`~agentsim.config.scenario.HardwareConfig`, or the tier's own
 ``bandwidth_bytes_per_s``/``latency_s`` when ``tier_link_fields``). The serving instance reads
 the same entries through :class:`~agentsim.hardware.topology.InstanceLinks` (``load_path``,
-``write_link``); its remaining hard-coded tier positions (``names[1] == "dram"``) are to read
-``stages_through`` here.
+``write_link``, ``staging_path``).
+
+**The host tier.** One kind may be a *host* tier (``host=True``: DRAM; a CXL expander could
+be another): the tier that loads from the kinds below it stage through (their ``load_links``
+are the hops into it, and the host tier's own ``load_links`` follow), that a prefetch stages
+hits of those kinds into and that swap preemption moves KV to. Which tier is the host is
+decided per scenario (:func:`host_tier`: the first enabled host kind; the load checks require
+it to be the first tier below HBM). Without an enabled host tier, a kind with
+``stages_through`` still crosses that kind's links (host memory as a bounce buffer, e.g. NVMe
+-> Grace memory -> C2C -> HBM), and there is no prefetch or swap preemption.
 
 Numbers and their sources: ``reference/hardware.md`` and ``agentsim/profiles/hardware.yaml``.
 """
@@ -71,8 +79,12 @@ class TierKind:
     tier_link_fields: bool = False
     #: A hardware mistake that makes the kind unusable (message), or None.
     hardware_problem: Callable[[Any], str | None] = lambda hw: None
-    #: Hits in this kind are staged into HBM through this kind (disk and remote through DRAM).
+    #: Hits in this kind are staged into HBM through the host tier; this kind's links are
+    #: crossed when the hierarchy has none (disk and remote: DRAM, as a bounce buffer).
     stages_through: str | None = None
+    #: A host tier (module docstring): loads from kinds with ``stages_through`` stage through it,
+    #: prefetch stages into it, swap preemption swaps into it.
+    host: bool = False
     #: ``shared: true`` may make the kind one store every instance reads (its capacity the whole store's).
     shareable: bool = False
 
@@ -102,6 +114,15 @@ def tier_names() -> tuple[str, ...]:
 def lower_tier_names() -> tuple[str, ...]:
     """Kinds configured under ``cache.tiers`` (below HBM), in their default top-to-bottom order."""
     return tuple(name for name, kind in TIER_KINDS.items() if kind.lower)
+
+
+def host_tier(enabled: list[str] | tuple[str, ...]) -> str | None:
+    """The host tier among the ``enabled`` lower tiers (top to bottom): the first host kind."""
+    for name in enabled:
+        kind = TIER_KINDS.get(name)
+        if kind is not None and kind.host:
+            return name
+    return None
 
 
 def link_endpoints() -> dict[tuple[str, str], str]:
@@ -140,10 +161,11 @@ register_tier_kind(TierKind(
            LinkSpec("d2h", "inst{instance}.c2c_d2h", "instance", "nvlink_c2c",
                     lambda hw, g, cfg: g * hw.d2h_bytes_per_s, lambda hw, cfg: hw.transfer_setup_s)),
     capacity_bytes=lambda hw, cfg, sharing: hw.dram_bytes_per_gpu * hw.gpus_per_instance * cfg.capacity_fraction,
+    host=True,
 ))
 register_tier_kind(TierKind(
     "disk", "local NVMe drives of the tray, shared by its instances (staged through DRAM)",
-    load_links=("nvme_read", "h2d"), write_links=("nvme_write",),
+    load_links=("nvme_read",), write_links=("nvme_write",),   # then the host tier's (stages_through)
     endpoints={("disk", "dram"): "nvme_read", ("dram", "disk"): "nvme_write"},
     links=(LinkSpec("nvme_read", "tray{tray}.nvme_read", "tray", "nvme",
                     lambda hw, g, cfg: hw.nvme_drives_per_tray * hw.nvme_read_bytes_per_s_per_drive,
@@ -160,7 +182,7 @@ register_tier_kind(TierKind(
 ))
 register_tier_kind(TierKind(
     "remote", "remote store over the network: one shared store link, each instance's NIC (staged through DRAM)",
-    load_links=("store", "nic", "h2d"), write_links=("store", "nic"),
+    load_links=("store", "nic"), write_links=("store", "nic"),   # then the host tier's (stages_through)
     endpoints={("remote", "dram"): "store", ("dram", "remote"): "store"},
     links=(LinkSpec("store", "remote_store", "shared", "network",
                     lambda hw, g, cfg: cfg.bandwidth_bytes_per_s or 400e9,
@@ -175,5 +197,5 @@ register_tier_kind(TierKind(
     shareable=True,
 ))
 
-__all__ = ["LinkSpec", "TIER_KINDS", "TierKind", "link_endpoints", "lower_tier_names", "register_tier_kind",
+__all__ = ["LinkSpec", "TIER_KINDS", "TierKind", "host_tier", "link_endpoints", "lower_tier_names", "register_tier_kind",
            "tier_names", "unregister_tier_kind"]

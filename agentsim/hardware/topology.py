@@ -22,28 +22,35 @@ between tiers, built from the tier kinds (:mod:`agentsim.hardware.tier_kinds`).
   once (the bytes stream through both, so the more contended NIC sets the pace).
 
 Loads: DRAM -> HBM over ``h2d``; disk -> DRAM -> HBM over the tray's NVMe read link then
-``h2d`` (staging through DRAM); remote -> DRAM -> HBM over the store link, the NIC, then ``h2d``.
+``h2d`` (staging through DRAM, the host tier); remote -> DRAM -> HBM over the store link, the
+NIC, then ``h2d``. With another host tier (a kind with ``host``) disk and remote loads end with
+its load links instead of ``h2d``.
 Copies down: HBM -> DRAM over ``d2h``; DRAM -> disk over the NVMe write link; to remote over the
 store link (the NIC without one). Each of these is a field of a tier kind, not code here.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import simpy
 
 from agentsim.hardware.links import Link
-from agentsim.hardware.tier_kinds import TIER_KINDS, link_endpoints
+from agentsim.hardware.tier_kinds import TIER_KINDS, host_tier, link_endpoints
 
 
 class InstanceLinks:
     """The links one instance's transfers use (some shared with other instances), by role
     (``h2d``, ``d2h``, ``nvlink_in``, ``nic``, ``nvme_read``, ``nvme_write``, ``store``, or a
-    registered kind's own); a role is also an attribute (``links.h2d``), None if not built."""
+    registered kind's own); a role is also an attribute (``links.h2d``), None if not built.
+    ``host_tier``: the hierarchy's host tier (:func:`~agentsim.hardware.tier_kinds.host_tier`),
+    which loads from the kinds below it stage through; None: none is configured."""
 
-    def __init__(self, **links_by_role: Link | None):
+    def __init__(self, host_tier: str | None = None, **links_by_role: Link | None):
         self.by_role: dict[str, Link | None] = dict(links_by_role)
+        self.host_tier = host_tier
+        self._load_roles: dict[str, tuple[str, ...]] = {}
 
     def __getattr__(self, role: str) -> Link | None:
         by_role = self.__dict__.get("by_role")
@@ -52,10 +59,28 @@ class InstanceLinks:
         return by_role.get(role)
 
     def load_path(self, tier_name: str) -> list[Link]:
-        """Links crossed, in order, to bring a block from ``tier_name`` into HBM."""
+        """Links crossed, in order, to bring a block from ``tier_name`` into HBM: the kind's own
+        hops, then, for a kind staged through host memory, the host tier's (or, with none
+        configured, the ``stages_through`` kind's) load links."""
+        roles = self._load_roles.get(tier_name)
+        if roles is None:
+            kind = TIER_KINDS.get(tier_name)
+            if kind is None or not kind.load_links:
+                raise ValueError(f"no load path from tier {tier_name!r}")
+            roles = kind.load_links
+            via = (self.host_tier or kind.stages_through) if kind.stages_through is not None else None
+            if via is not None and via != tier_name:
+                roles = roles + TIER_KINDS[via].load_links
+            self._load_roles[tier_name] = roles
+        by_role = self.by_role
+        return [by_role[role] for role in roles if by_role.get(role) is not None]
+
+    def staging_path(self, tier_name: str) -> list[Link]:
+        """Links a prefetch crosses to stage a block of ``tier_name`` into the host tier (the
+        kind's own hops, without the host tier's into HBM)."""
         kind = TIER_KINDS.get(tier_name)
-        if kind is None or not kind.load_links:
-            raise ValueError(f"no load path from tier {tier_name!r}")
+        if kind is None or kind.stages_through is None:
+            raise ValueError(f"tier {tier_name!r} is not staged through a host tier")
         by_role = self.by_role
         return [by_role[role] for role in kind.load_links if by_role.get(role) is not None]
 
@@ -73,11 +98,14 @@ class InstanceLinks:
 
 @dataclass
 class Placement:
+    """Where one instance (or disaggregated worker) is; ``gpus`` 0: ``hardware.gpus_per_instance``."""
+
     instance: int
     first_gpu: int
     tray: int
     domain: int
     rack: int = 0
+    gpus: int = 0
 
 
 @dataclass
@@ -130,6 +158,53 @@ def place(n_instances: int, gpus_per_instance: int, gpus_per_tray: int, domain_g
     return out
 
 
+def place_pools(pools: list[tuple[int, int]], gpus_per_tray: int, domain_gpus: int,
+                racks: int = 1) -> list[list[Placement]]:
+    """Placements of disaggregated pools, ``pools`` = [(workers, GPUs per worker)] (prefill,
+    decode), numbered across pools in order (the first pool's workers are instances 0..n-1).
+
+    Each pool is spread evenly over the racks (worker ``i`` of ``n`` in rack ``i * racks // n``),
+    so every rack holds its share of prefill and of decode workers, as deployments that keep
+    most hand-offs on a rack's NVLink do. Inside a rack the workers take consecutive GPUs, the
+    pools in order; a worker wider than what is left of an NVLink domain starts at the next one
+    (its GPUs must share one domain); a worker wider than a whole domain spans several. Racks
+    start at multiples of a stride that holds the fullest rack and ends on a domain and tray
+    boundary, so GPU, tray and domain numbers continue across racks without sharing any."""
+    local: list[list[tuple[int, int, int]]] = [[] for _ in range(racks)]   # per rack: (pool, worker, first GPU)
+    extent = [0] * racks
+    for pool, (workers, gpus) in enumerate(pools):
+        for worker in range(workers):
+            rack = worker * racks // workers
+            gpu = extent[rack]
+            left = domain_gpus - gpu % domain_gpus
+            if gpus <= domain_gpus and gpus > left:
+                gpu += left
+            local[rack].append((pool, worker, gpu))
+            extent[rack] = gpu + gpus
+    unit = math.lcm(domain_gpus, gpus_per_tray)
+    stride = -(-max(extent, default=0) // unit) * unit
+    out: list[list[Placement | None]] = [[None] * workers for workers, _ in pools]
+    first_instance = [sum(workers for workers, _ in pools[:pool]) for pool in range(len(pools))]
+    for rack, entries in enumerate(local):
+        for pool, worker, gpu in entries:
+            first = rack * stride + gpu
+            out[pool][worker] = Placement(first_instance[pool] + worker, first, first // gpus_per_tray,
+                                          first // domain_gpus, rack, pools[pool][1])
+    return out
+
+
+def rack_extents_gpus(pools: list[tuple[int, int]], domain_gpus: int, racks: int) -> list[int]:
+    """GPUs each rack spans with :func:`place_pools` (domain padding included)."""
+    placed = place_pools(pools, 1, domain_gpus, racks)
+    stride_start = [min((p.first_gpu for pool in placed for p in pool if p.rack == rack), default=0)
+                    for rack in range(racks)]
+    ends = [0] * racks
+    for pool in placed:
+        for p in pool:
+            ends[p.rack] = max(ends[p.rack], p.first_gpu + p.gpus)
+    return [end - start for end, start in zip(ends, stride_start)]
+
+
 def _enabled_tier(tiers, name: str):
     """The enabled ``cache.tiers`` entry of kind ``name``, or None."""
     cfg = getattr(tiers, name, None) if tiers is not None else None
@@ -153,20 +228,25 @@ def link_overrides(tiers) -> dict[str, tuple[float | None, float | None]]:
     return out
 
 
-def build_topology(env: simpy.Environment, scenario) -> Topology:
-    """Place the instances and build every tier kind's links (shared, per tray, per instance)."""
+def build_topology(env: simpy.Environment, scenario, placements: list[Placement] | None = None) -> Topology:
+    """Place the instances and build every tier kind's links (shared, per tray, per instance).
+
+    ``placements``: given ones (disaggregated workers, :func:`place_pools`), each with its own
+    GPU count for its per-instance links; absent: ``hardware.instances`` placed by :func:`place`."""
     hw = scenario.hardware
     g = hw.gpus_per_instance
-    placements = place(hw.instances, g, hw.gpus_per_tray, hw.nvlink_domain_gpus, hw.racks)
+    if placements is None:
+        placements = place(hw.instances, g, hw.gpus_per_tray, hw.nvlink_domain_gpus, hw.racks)
     tiers = scenario.cache.tiers
+    host = host_tier([name for name, _ in tiers.enabled_tiers()]) if tiers is not None else None
     overrides = link_overrides(tiers)
     all_links: dict[str, Link] = {}
     specs = [(spec, _enabled_tier(tiers, kind.name)) for kind in TIER_KINDS.values() for spec in kind.links]
     specs = [(spec, cfg) for spec, cfg in specs if spec.built(hw, cfg)]
 
-    def make(spec, cfg, **where) -> Link:
+    def make(spec, cfg, gpus: int = g, **where) -> Link:
         bw, lat = overrides.get(spec.role, (None, None)) if spec.overridable else (None, None)
-        link = Link(env, spec.name.format(**where), bw if bw is not None else spec.bandwidth_bytes_per_s(hw, g, cfg),
+        link = Link(env, spec.name.format(**where), bw if bw is not None else spec.bandwidth_bytes_per_s(hw, gpus, cfg),
                     lat if lat is not None else spec.latency_s(hw, cfg), spec.link_kind)
         all_links[link.name] = link
         return link
@@ -177,8 +257,8 @@ def build_topology(env: simpy.Environment, scenario) -> Topology:
     for p in placements:
         if p.tray not in trays:
             trays[p.tray] = {spec.role: make(spec, cfg, tray=p.tray) for spec, cfg in specs if spec.scope == "tray"}
-        own = {spec.role: make(spec, cfg, instance=p.instance) for spec, cfg in specs if spec.scope == "instance"}
-        links.append(InstanceLinks(**{**own, **trays[p.tray], **shared}))
+        own = {spec.role: make(spec, cfg, p.gpus or g, instance=p.instance) for spec, cfg in specs if spec.scope == "instance"}
+        links.append(InstanceLinks(host, **{**own, **trays[p.tray], **shared}))
     return Topology(placements, links, all_links)
 
 

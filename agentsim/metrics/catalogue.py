@@ -161,6 +161,7 @@ _builtin("queue_kv_mean_s", "  waiting for KV memory (s)", "s")
 _builtin("queue_load_mean_s", "  held by its load from a lower tier (s)", "s")
 _builtin("queue_step_mean_s", "  waiting for the running iteration (s)", "s")
 _builtin("queue_chunk_mean_s", "first prefill chunk wait mean (s)", "s")
+_builtin("requeue_wait_mean_s", "queue wait again after preemption mean (s)", "s")
 _builtin("sla_attainment", "SLA attainment", "fraction", axis="SLA attainment (fraction of requests)")
 _builtin("evicted_blocks", "evicted blocks", "blocks")
 _builtin("gpu_busy_fraction", "GPU busy fraction", "fraction")
@@ -214,7 +215,7 @@ _builtin("ttft_load_wait_mean_s", "TTFT load mean (s)", "s", table="hierarchy")
 _builtin("ttft_prefill_mean_s", "TTFT prefill mean (s)", "s", table="hierarchy")
 _builtin("ttft_load_wait_p99_s", "TTFT load p99 (s)", "s", table="hierarchy")
 # Disaggregated serving rows (present with serving.disaggregation):
-# TTFT = prefill queue + prefill + decode queue + KV transfer.
+# TTFT = prefill queue + prefill + decode queue + KV transfer + first decode step.
 _builtin("prefill_workers", "prefill workers", "count", table="hierarchy")
 _builtin("decode_workers", "decode workers", "count", table="hierarchy")
 _builtin("prefill_busy_fraction", "prefill GPU busy fraction", "fraction", table="hierarchy")
@@ -222,9 +223,13 @@ _builtin("prefill_busiest_share", "busiest prefill worker (fair shares)", "", ta
 _builtin("ttft_decode_queue_mean_s", "TTFT decode queue mean (s)", "s", table="hierarchy")
 _builtin("ttft_kv_transfer_mean_s", "TTFT KV transfer mean (s)", "s", table="hierarchy")
 _builtin("ttft_kv_transfer_p99_s", "TTFT KV transfer p99 (s)", "s", table="hierarchy")
+_builtin("ttft_decode_first_step_mean_s", "TTFT first decode step mean (s)", "s", table="hierarchy")
+_builtin("racks", "racks", "count", table="hierarchy")
 _builtin("kv_transfer_bytes", "KV handed over (bytes)", "bytes", table="hierarchy")
 _builtin("decode_queue_s", "decode queue wait (s)", "s", table=None, axis="decode queue wait (s)")
 _builtin("kv_transfer_s", "KV transfer (s)", "s", table=None, axis="KV transfer time (s)")
+_builtin("decode_first_step_s", "decode worker's first step (s)", "s", table=None,
+         axis="decode worker's first step (s)")
 # Economics and request-table columns shown on figures' axes.
 _builtin("cost_per_million_tokens_usd", "cost per million tokens (USD)", "USD", table=None,
          axis="GPU cost per million tokens (USD)")

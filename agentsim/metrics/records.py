@@ -47,9 +47,10 @@ class RequestRecord:
     loaded_bytes: float = 0.0
     # Engine-style KV admission: times this call was preempted (all kinds, and by swapping its
     # KV to DRAM), the tokens its preemptions made it compute again, and its time in the
-    # waiting queue by cause: for a batch slot, for KV memory, held by its own load, for the
-    # iteration in progress (they sum to the time it waited there, re-queues included), then,
-    # once admitted, for its first prefill chunk (nan if none).
+    # waiting queue before its first admission by cause: for a batch slot, for KV memory, held
+    # by its own load, for the iteration in progress (they sum to queue_wait_s), then, once
+    # admitted, for its first prefill chunk (nan if none); requeue_wait_s: its time waiting in
+    # the queue again after preemptions (part of its prefill or decode time, not of queue_wait_s).
     preemptions: int = 0
     swap_preemptions: int = 0
     preempted_recompute_tokens: int = 0
@@ -58,6 +59,7 @@ class RequestRecord:
     queue_load_s: float = 0.0
     queue_step_s: float = 0.0
     queue_chunk_s: float = float("nan")
+    requeue_wait_s: float = 0.0
     # Disaggregated serving (TTFT = queue_wait + prefill + decode_queue + kv_transfer): the
     # prefill worker (-1: aggregated), the decode worker's own cached prefix, the KV hand-off.
     prefill_worker: int = -1
@@ -65,6 +67,7 @@ class RequestRecord:
     kv_transfer_bytes: float = 0.0
     decode_queue_s: float = float("nan")
     kv_transfer_s: float = float("nan")
+    decode_first_step_s: float = float("nan")
     # Recomputed prompt tokens (prompt - hit) by why they were not hits; they sum to
     # recomputed_tokens (agentsim.engine.recompute): never cached on this instance, lost to an
     # eviction or TTL expiry, invalidated by a history rewrite.

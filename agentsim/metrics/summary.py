@@ -53,7 +53,8 @@ QUEUE_CAUSES = ("slot", "kv", "load", "step", "chunk")
 
 
 def queue_cause_summary(done: pd.DataFrame) -> dict:
-    """Mean seconds per request waiting for each cause (``queue_<cause>_mean_s``), the total
+    """Mean seconds per request waiting for each cause (``queue_<cause>_mean_s``), waiting in
+    the queue again after preemptions (``requeue_wait_mean_s``, not part of the queue wait), the total
     seconds by cause (``queue_wait_by_cause_s``) and each cause's share of the total
     (``queue_wait_share_by_cause``; NaN shares when nothing waited)."""
     out: dict = {}
@@ -65,6 +66,8 @@ def queue_cause_summary(done: pd.DataFrame) -> dict:
         out[f"queue_{cause}_mean_s"] = float(values.sum() / len(done)) if len(done) else float("nan")
         totals[cause] = float(values.sum())
     grand = sum(totals.values())
+    requeue = done["requeue_wait_s"].to_numpy(dtype=float) if "requeue_wait_s" in done else np.zeros(0)
+    out["requeue_wait_mean_s"] = float(requeue.sum() / len(done)) if len(done) else float("nan")
     out["queue_wait_by_cause_s"] = totals
     out["queue_wait_share_by_cause"] = {c: (t / grand if grand > 0 else float("nan")) for c, t in totals.items()}
     return out

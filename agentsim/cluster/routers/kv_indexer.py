@@ -17,62 +17,112 @@ is cheap in Rust and gives the same answer on a prefix-closed view.
 
 A block removed from one position and stored again is just a new bit in the mask; removing a
 block the view does not hold (an orphan already reported) does nothing.
+
+Memory: the index holds every block resident on any worker, which in a long run of a cluster
+with large lower tiers is tens of millions. The masks are held in maps dense over the key
+allocator's ids (:class:`~agentsim.cache.key_map.DenseKeyMap`, one 8-byte word per 64 workers
+per key of the span) rather than a dict (about 100 bytes a key, plus an int object per mask).
 """
 
 from __future__ import annotations
+
+from agentsim.cache.key_map import DenseKeyMap
 
 
 class KvIndexer:
     """block key -> bit mask of workers holding it, fed by :meth:`apply_stored` / :meth:`apply_removed`."""
 
     def __init__(self) -> None:
-        self._holders: dict[int, int] = {}
+        #: Word ``w``: key -> bits of workers ``64 w .. 64 w + 63`` holding it (0: none).
+        self._words: list[DenseKeyMap] = [DenseKeyMap("Q")]
         self.stored_events = 0
         self.removed_events = 0
 
     def __len__(self) -> int:
-        return len(self._holders)
+        """Keys held by at least one worker."""
+        if len(self._words) == 1:
+            return len(self._words[0])
+        keys: set[int] = set()
+        for word in self._words:
+            base = word.base
+            keys.update(base + i for i, v in enumerate(word.values) if v)
+            keys.update(word.far)
+        return len(keys)
+
+    def _word(self, worker: int) -> DenseKeyMap:
+        while worker >> 6 >= len(self._words):
+            self._words.append(DenseKeyMap("Q"))
+        return self._words[worker >> 6]
 
     def apply_stored(self, worker: int, keys: list[int]) -> None:
         """Worker ``worker`` now holds the blocks ``keys``."""
         self.stored_events += 1
-        bit = 1 << worker
-        holders = self._holders
-        get = holders.get
+        bit = 1 << (worker & 63)
+        word = self._word(worker)
+        values, base = word.values, word.base
+        size = len(values)
+        added = 0
         for key in keys:
-            holders[key] = get(key, 0) | bit
+            i = key - base
+            if 0 <= i < size:             # the common case, inline: a key of the dense span
+                mask = values[i]
+                if not mask:
+                    added += 1
+                values[i] = mask | bit
+            else:
+                word.count += added           # set() may re-base, which reads the count
+                added = 0
+                word.set(key, word.get(key) | bit)
+                values, base = word.values, word.base
+                size = len(values)
+        word.count += added
 
     def apply_removed(self, worker: int, keys: list[int]) -> None:
         """Worker ``worker`` no longer holds the blocks ``keys``."""
         self.removed_events += 1
-        keep = ~(1 << worker)
-        holders = self._holders
-        get = holders.get
+        keep = ~(1 << (worker & 63))
+        word = self._word(worker)
+        values, base = word.values, word.base
+        size = len(values)
+        removed = 0
         for key in keys:
-            mask = get(key)
-            if mask is None:
-                continue
-            mask &= keep
-            if mask:
-                holders[key] = mask
+            i = key - base
+            if 0 <= i < size:
+                mask = values[i]
+                if mask:
+                    mask &= keep
+                    values[i] = mask
+                    if not mask:
+                        removed += 1
             else:
-                del holders[key]
+                mask = word.get(key) & keep
+                if mask:
+                    word.set(key, mask)
+                else:
+                    word.pop(key)
+        word.count -= removed
 
     def holders(self, key: int) -> int:
         """The bit mask of workers holding block ``key`` (0: none)."""
-        return self._holders.get(key, 0)
+        words = self._words
+        if len(words) == 1:
+            return words[0].get(key)
+        mask = 0
+        for index, word in enumerate(words):
+            mask |= word.get(key) << (64 * index)
+        return mask
 
     def overlap_blocks(self, keys: list[int]) -> dict[int, int]:
         """worker -> number of leading blocks of ``keys`` it holds (workers holding none omitted)."""
         n = len(keys)
         if n == 0:
             return {}
-        get = self._holders.get
-        first = get(keys[0], 0)
+        get = self._words[0].get if len(self._words) == 1 else self.holders
+        first = get(keys[0])
         if not first:
             return {}
         overlaps: dict[int, int] = {}
-        last = get(keys[n - 1], 0) & first
+        last = get(keys[n - 1]) & first
         # Segments [lo, hi] whose end masks differ hold a change; equal end masks mean the whole
         # segment has that mask (the mask only shrinks along the keys).
         stack = [(0, first, n - 1, last)] if first != last else []
@@ -87,7 +137,7 @@ class KvIndexer:
                 continue
             mid = (lo + hi) // 2
             # Clamped between the ends, so a view that is not prefix-closed cannot loop or widen.
-            mid_mask = (get(keys[mid], 0) & lo_mask) | hi_mask
+            mid_mask = (get(keys[mid]) & lo_mask) | hi_mask
             if mid_mask != lo_mask:
                 stack.append((lo, lo_mask, mid, mid_mask))
             if mid_mask != hi_mask:

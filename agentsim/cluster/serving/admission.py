@@ -228,7 +228,11 @@ class TieredAdmission(Admission):
                 self._reject(req, now)
                 continue
             if not self._admit_one(req, total_blocks, now, index=i):
-                return KV
+                # An idle instance must not wait for HBM that only the pins of prefetches queued
+                # behind this request hold (nothing would release them): end those, try again.
+                if (host.batch.running or host.loading or host.prefetcher is None
+                        or not host.prefetcher.release_others(req)):
+                    return KV
         if i < len(waiting):
             return SLOT
         return LOAD if waiting else STEP
@@ -254,10 +258,11 @@ class TieredAdmission(Admission):
         hbm_node, hbm_blocks = cache.hbm_prefix(match.node)
         segments = below_hbm_segments(cache, hbm_node, match.node) if match.hit_blocks > hbm_blocks else []
         if prefetcher is not None:
-            # With a prefetch policy, tiers below DRAM are reached only through prefetch (HiCache):
-            # what did not arrive in DRAM is recomputed.
+            # With a prefetch policy, tiers below the host tier are reached only through prefetch
+            # (HiCache): what did not arrive in the host tier is recomputed.
+            staging = cache.staging_tier
             for cut, seg in enumerate(segments):
-                if seg[0] is None or seg[0] >= 2:
+                if seg[0] is None or seg[0] > staging:
                     segments = segments[:cut]
                     break
         matched_blocks = hbm_blocks + sum(seg[1] for seg in segments)
@@ -350,7 +355,7 @@ class TieredAdmission(Admission):
             tier_hits[name] = tier_hits.get(name, 0) + take
             remaining -= take
             jobs.append((name, seg[1]))
-            if swapped_back and name == "dram":
+            if swapped_back and seg[0] == cache.staging_tier:
                 host.kv_stats["swapped_in_blocks"] += seg[1]
         if extra_used:
             tier_hits[extra_name] = tier_hits.get(extra_name, 0) + remaining
@@ -358,11 +363,13 @@ class TieredAdmission(Admission):
             if extra_name == "remote":
                 host.tier_stats["shared_store_hit_blocks"] += extra_used
         if pf is not None:
-            # Prefetched blocks are served from DRAM but came from a lower tier: count them there.
+            # Prefetched blocks are served from the host tier but came from a lower tier: count
+            # them there.
+            host_name = cache.tiers[cache.staging_tier].name
             for origin, blocks in pf.staged.items():
-                moved = min(tier_hits.get("dram", 0), blocks * bt)
+                moved = min(tier_hits.get(host_name, 0), blocks * bt)
                 if moved > 0:
-                    tier_hits["dram"] -= moved
+                    tier_hits[host_name] -= moved
                     tier_hits[origin] = tier_hits.get(origin, 0) + moved
                     host.tier_stats["prefetch_served_tokens"] += moved
         state = Running(req, deepest, cached, need - load_blocks, hit_tokens)

@@ -11,17 +11,21 @@ A call goes through two workers:
    pool, seeing the decode workers' caches) places the call on a decode worker. Its admission
    applies as usual (batch slots, the engine's KV admission rule, its own cached prefix of the
    session); then, instead of prefilling, the worker waits for the prompt's KV, minus what it
-   already holds, to come over from the prefill worker (:class:`KvHandoff`), and emits the first
-   token when it has arrived.
+   already holds, to come over from the prefill worker (:class:`KvHandoff`); once it has
+   arrived the call decodes, its first token coming with its first decode step.
 
-TTFT = prefill queue + prefill + decode queue + KV transfer. The call's hit and computed tokens
+TTFT = prefill queue + prefill + decode queue + KV transfer + first decode step. The call's hit and computed tokens
 are the prefill worker's (they decide the compute); the decode worker's own prefix only
-shortens the transfer (``decode_hit_tokens``).
+shortens the transfer (``decode_hit_tokens``). With lower tiers, the part of that prefix the
+decode worker loads from its own tiers comes up while the hand-off runs; the first token waits
+for both (KV transfer = the wait from decode admission to the last arrival).
 
 The transfer crosses the prefill worker's egress port and the decode worker's ingress port at
-once (:class:`HandoffPorts`): NVLink when both workers are in one NVLink domain, the NICs (RDMA)
-otherwise. Each port is a processor-sharing :class:`~agentsim.hardware.links.Link`, so
-concurrent hand-offs into one decode worker, or out of one prefill worker, share its bandwidth.
+once (:class:`HandoffPorts`): NVLink when both workers are in one NVLink domain (a rack), the
+NICs (RDMA) otherwise. Each port is a processor-sharing :class:`~agentsim.hardware.links.Link`,
+so concurrent hand-offs into one decode worker, or out of one prefill worker, share its
+bandwidth; with a memory hierarchy the NIC ports are the workers' own NIC links, shared with
+remote-store traffic.
 
 Simplified on purpose: the decode worker is chosen when the prefill ends, not before (Dynamo
 picks it first and lets it allocate the blocks; here its KV admission runs when the KV is
@@ -32,8 +36,6 @@ the prefill, not layer by layer while it runs; the prefill worker's copy is not 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import simpy
 
 from agentsim.cluster.request import LLMRequest
@@ -41,93 +43,101 @@ from agentsim.cluster.serving.batch import Running
 from agentsim.hardware.links import Link
 
 
-@dataclass(frozen=True)
-class WorkerPlacement:
-    """Where one worker's GPUs are: its first GPU and its NVLink domain."""
-
-    first_gpu: int
-    domain: int
-
-
-def place_pools(prefill_workers: int, prefill_gpus: int, decode_workers: int, decode_gpus: int,
-                domain_gpus: int) -> tuple[list[WorkerPlacement], list[WorkerPlacement]]:
-    """Prefill workers first, then decode workers, on consecutive GPUs numbered domain by domain.
-
-    A worker wider than what is left of a domain starts at the next domain (its GPUs must share
-    one NVLink domain); a worker wider than a whole domain spans several, numbered by its first."""
-    placements: list[list[WorkerPlacement]] = [[], []]
-    gpu = 0
-    for pool, (workers, gpus) in enumerate(((prefill_workers, prefill_gpus), (decode_workers, decode_gpus))):
-        for _ in range(workers):
-            left = domain_gpus - gpu % domain_gpus
-            if gpus <= domain_gpus and gpus > left:
-                gpu += left
-            placements[pool].append(WorkerPlacement(gpu, gpu // domain_gpus))
-            gpu += gpus
-    return placements[0], placements[1]
-
-
 class HandoffPorts:
     """One worker's ports for KV hand-offs: NVLink and NIC, in one direction (egress on a prefill
-    worker, ingress on a decode worker), each its GPUs times the per-GPU bandwidth, times the
-    transfer engine's efficiency."""
+    worker, ingress on a decode worker), each its GPUs times the per-GPU bandwidth.
 
-    def __init__(self, env: simpy.Environment, name: str, gpus: int, hw, efficiency: float):
-        self.nvlink = Link(env, f"{name}.nvlink", gpus * hw.nvlink_bytes_per_s * efficiency, hw.nvlink_latency_s, "nvlink")
-        self.nic = Link(env, f"{name}.nic", gpus * hw.nic_bytes_per_s * efficiency, hw.rdma_latency_s, "network")
+    With a memory hierarchy the worker's own links are passed in (its NIC, which remote-store
+    reads and writes use too, and a decode worker's NVLink ingress), so hand-offs share their
+    bandwidth with tier traffic; otherwise the ports are links of their own."""
+
+    def __init__(self, env: simpy.Environment, name: str, gpus: int, hw, nvlink: Link | None = None,
+                 nic: Link | None = None):
+        self.nvlink = nvlink or Link(env, f"{name}.nvlink", gpus * hw.nvlink_bytes_per_s, hw.nvlink_latency_s, "nvlink")
+        self.nic = nic or Link(env, f"{name}.nic", gpus * hw.nic_bytes_per_s, hw.rdma_latency_s, "network")
+        #: The ports built here (not a hierarchy's links, which it reports itself).
+        self.own = [link for link, given in ((self.nvlink, nvlink), (self.nic, nic)) if given is None]
 
     def links(self) -> list[Link]:
         return [self.nvlink, self.nic]
 
 
-def transfer_links(source: HandoffPorts, source_at: WorkerPlacement, dest: HandoffPorts,
-                   dest_at: WorkerPlacement) -> list[Link]:
-    """The links one hand-off crosses: NVLink inside a domain, the NICs between domains."""
+def transfer_links(source: HandoffPorts, source_at, dest: HandoffPorts, dest_at) -> list[Link]:
+    """The links one hand-off crosses: NVLink inside an NVLink domain (a rack), the NICs between
+    domains. ``source_at``/``dest_at``: the workers' placements (anything with ``domain``)."""
     if source_at.domain == dest_at.domain:
         return [source.nvlink, dest.nvlink]
     return [source.nic, dest.nic]
+
+
+def handoff(env: simpy.Environment, links: list[Link], payload_bytes: float, efficiency: float) -> simpy.Event:
+    """Move a hand-off's ``payload_bytes`` through every link of ``links`` at once; the transfer
+    engine reaches ``efficiency`` of a link's bandwidth, so each link carries
+    ``payload_bytes / efficiency`` (its time on the link; the payload is what the request and
+    the summary count). Fires when the last byte has arrived:
+    latency + payload / (efficiency x the slowest link's share)."""
+    wire_bytes = payload_bytes / efficiency
+    return simpy.AllOf(env, [link.transfer(wire_bytes) for link in links])
 
 
 class KvHandoff:
     """The decode side of a hand-off, set as a decode instance's ``kv_handoff``.
 
     The instance's admission calls :meth:`receive` for a call a prefill worker computed, after
-    its cache match and reservation and before the call joins the batch. Uses of its host:
-    ``env``, ``loading``, ``kv_arrived()`` and ``cost.kv_bytes_per_token``."""
+    its cache match and reservation and before the call joins the batch. The decode worker's own
+    cached prefix (``state.context_tokens``: its HBM, plus what its lower tiers load in parallel
+    when it has them) is not sent. The instance calls :meth:`complete` once every piece of KV the
+    call waits for is in HBM. Uses of its host: ``env``, ``loading``, ``kv_arrived()`` and
+    ``cost.kv_bytes_per_token``."""
 
     def __init__(self, host, cluster: "DisaggregatedServing"):
         self.host = host
         self.cluster = cluster
         self.transfers = 0
         self.transferred_bytes = 0.0
+        #: Payload bytes by the kind of link they crossed (``nvlink`` or ``network``).
+        self.bytes_by_link_kind = {"nvlink": 0.0, "network": 0.0}
+        self._waiting: dict[int, float] = {}   # request id -> decode admission time
 
     def receive(self, state: Running) -> None:
         req = state.req
         host = self.host
         now = host.env.now
-        own_hit = state.context_tokens        # the prefix this decode worker holds already
+        own_hit = state.context_tokens        # the prefix this decode worker holds (or loads) already
         req.decode_hit_tokens = own_hit
         req.decode_queue_s = now - req.prefill_done_s
         # The prefill worker's hit and computed tokens are the call's (token conservation).
         req.hit_tokens = req.prefill_hit_tokens
         req.prefilled_tokens = req.prefill_computed_tokens
+        req.tier_hit_tokens = dict(req.prefill_tier_hit_tokens)
         size_bytes = (req.prompt_tokens - own_hit) * host.cost.kv_bytes_per_token
         req.kv_transfer_bytes = size_bytes
         state.prefill_left = 0
         state.context_tokens = req.prompt_tokens
         state.loaded = False                   # the batch loop waits for it like for a load
+        state.kv_waits += 1
         host.loading += 1
         self.transfers += 1
         self.transferred_bytes += size_bytes
+        self._waiting[req.request_id] = now
         links = self.cluster.links_between(req.prefill_worker, host.instance_id)
+        self.bytes_by_link_kind[links[0].kind] += size_bytes
         host.env.process(self._transfer(state, links, size_bytes))
 
     def _transfer(self, state: Running, links: list[Link], size_bytes: float):
-        env = self.host.env
-        start = env.now
-        yield simpy.AllOf(env, [link.transfer(size_bytes) for link in links])
-        state.req.kv_transfer_s = env.now - start
+        yield handoff(self.host.env, links, size_bytes, self.cluster.efficiency)
         self.host.kv_arrived(state)
+
+    def complete(self, state: Running) -> bool:
+        """All of ``state``'s KV is in HBM: the hand-off and, in parallel, any load from the
+        decode worker's own lower tiers. ``kv_transfer_s`` is the wait from decode admission.
+        True if ``state`` was handed over (its first token then comes with the decode worker's
+        next step), False for an ordinary load."""
+        start = self._waiting.pop(state.req.request_id, None)
+        if start is None:
+            return False
+        state.req.kv_transfer_s = self.host.env.now - start
+        return True
 
 
 class DisaggregatedServing:
@@ -141,7 +151,7 @@ class DisaggregatedServing:
 
     def __init__(self, env: simpy.Environment, prefill_instances: list, decode_instances: list,
                  prefill_router, decode_router, prefill_ports: list[HandoffPorts], decode_ports: list[HandoffPorts],
-                 prefill_at: list[WorkerPlacement], decode_at: list[WorkerPlacement]):
+                 prefill_at: list, decode_at: list, efficiency: float = 1.0):
         self.env = env
         self.prefill_instances = prefill_instances
         self.decode_instances = decode_instances
@@ -151,6 +161,8 @@ class DisaggregatedServing:
         self.decode_ports = decode_ports
         self.prefill_at = prefill_at
         self.decode_at = decode_at
+        #: Share of a link's bandwidth a hand-off achieves (``transfer_efficiency``).
+        self.efficiency = efficiency
         self.on_rejected = None
         self.handoffs = []
         for inst in decode_instances:
@@ -162,7 +174,8 @@ class DisaggregatedServing:
                               self.decode_ports[decode_worker], self.decode_at[decode_worker])
 
     def all_links(self) -> list[Link]:
-        return [link for ports in self.prefill_ports + self.decode_ports for link in ports.links()]
+        """The hand-off ports built for hand-offs only (a hierarchy reports its own links)."""
+        return [link for ports in self.prefill_ports + self.decode_ports for link in ports.own]
 
     # --- the router's interface for the simulation --------------------------------------------
     def submit(self, call: LLMRequest) -> None:
@@ -182,11 +195,14 @@ class DisaggregatedServing:
                 self.on_rejected(call)
             return
         call.prefill_worker = leg.instance
-        call.admitted_s = leg.admitted_s           # TTFT's queue part is the prefill queue
+        call.admitted_s = leg.admitted_s           # TTFT's queue part is the prefill queue, and its causes
+        call.queue_slot_s, call.queue_kv_s = leg.queue_slot_s, leg.queue_kv_s
+        call.queue_load_s, call.queue_step_s = leg.queue_load_s, leg.queue_step_s
         call.prefill_done_s = leg.first_token_s
         call.prefill_hit_tokens = leg.hit_tokens
         call.prefill_computed_tokens = leg.prefilled_tokens
-        call.tier_hit_tokens = {"hbm": leg.hit_tokens}
+        call.prefill_tier_hit_tokens = dict(leg.tier_hit_tokens) if leg.tier_hit_tokens else {"hbm": leg.hit_tokens}
+        call.tier_hit_tokens = dict(call.prefill_tier_hit_tokens)
         self.decode_router.submit(call)
 
     def prefill_finished(self, leg: LLMRequest) -> None:

@@ -63,7 +63,7 @@ class ServingInstance:
                  on_finish: Callable[[LLMRequest], None], check_invariants: bool = False,
                  links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None,
                  tiers_config=None, kv_rule: KvAdmissionRule | None = None, preemption: str = "recompute",
-                 long_prefill_tokens: int | None = None):
+                 long_prefill_tokens: int | None = None, mixed_prefill: bool = True):
         self.env = env
         self.instance_id = instance_id
         self.cache = cache
@@ -73,6 +73,9 @@ class ServingInstance:
         self.chunk_tokens = prefill_chunk_tokens
         #: Cap on one request's share of an iteration's budget while others prefill too (0: none).
         self.long_prefill_tokens = long_prefill_tokens or 0
+        #: False: an iteration with prefill chunks is a prefill-only batch and the decoding
+        #: requests wait it out (SGLang's scheduler); True: they take their step in it.
+        self.mixed_prefill = mixed_prefill
         self.on_finish = on_finish
         self.check_invariants = check_invariants
         self.waiting: deque[LLMRequest] = deque()
@@ -111,7 +114,9 @@ class ServingInstance:
                            "shared_store_hit_blocks": 0}
         if self.tiered and tiers_config is not None and links is not None:
             names = [tier.name for tier in cache.tiers]
-            if tiers_config.prefetch.policy != "none" and len(names) > 2 and names[1] == "dram":
+            # Prefetch stages the hits of tiers below the host tier into it: it needs both.
+            staging = cache.staging_tier
+            if tiers_config.prefetch.policy != "none" and staging is not None and len(names) > staging + 1:
                 self.prefetcher = Prefetcher(self, tiers_config.prefetch)
             demote = tiers_config.on_tool_call == "demote" and len(names) > 1
             return_prefetch = bool(tiers_config.prefetch_before_return) and len(names) > 1
@@ -121,8 +126,9 @@ class ServingInstance:
         # Engine-style KV admission: the rule, on-demand growth of decoding requests' blocks
         # and preemption (see kv_admission and kv_growth).
         self.kv_rule = kv_rule if kv_rule is not None else VllmOnDemand(None, block_tokens)
-        self.swap_preemption = (preemption == "swap" and self.tiered and len(cache.tiers) > 1
-                                and cache.tiers[1].name == "dram")
+        # Swap preemption moves a request's KV into the host tier (the first below HBM, where
+        # swap_out_path writes), and needs one.
+        self.swap_preemption = preemption == "swap" and self.tiered and cache.staging_tier == 1
         self.kv_stats = dict.fromkeys(KV_STATS, 0)
         self.growth = KvGrowth(self) if self.kv_rule.grows else None
         if self.growth is not None:
@@ -131,6 +137,9 @@ class ServingInstance:
         #: Disaggregated decode worker: receives the prompt's KV from a prefill worker instead of
         #: computing it (:class:`~agentsim.cluster.serving.disaggregation.KvHandoff`); None otherwise.
         self.kv_handoff = None
+        #: Handed-over calls decoding, whose first token comes with their first decode step.
+        self.first_token_waiters: list[Running] = []
+        self._first_step_end_s = float("nan")   # end of the first step of the last decode stretch
         self.process = env.process(self._loop())
 
     # --- interface for the router ----------------------------------------------------------
@@ -207,6 +216,7 @@ class ServingInstance:
         """Run an admitted request's load of ``jobs`` ((tier name, blocks)) into HBM; a
         ``peer_hbm`` job streams through ``peer_links`` (the source peer's path)."""
         self.loading += 1
+        state.kv_waits += 1
         self.env.process(self._load(state, deepest, load_blocks, jobs, peer_links))
 
     def _load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]],
@@ -228,16 +238,28 @@ class ServingInstance:
 
     def kv_arrived(self, state: Running) -> None:
         """The KV ``state`` waited for is in HBM (a load from a lower tier, or a prefill worker's
-        hand-off): it prefills what is left, or, with nothing left, has its first token now."""
+        hand-off): it prefills what is left, or, with nothing left, has its first token now.
+        A disaggregated call may wait for both at once (its decode worker's lower tiers and the
+        prefill worker's hand-off): only the last arrival lets it go on."""
         now = self.env.now
         req = state.req
-        state.loaded = True
         self.loading -= 1
-        if state.prefill_left == 0:  # overlapped prefill already finished: first token now
-            if req.first_token_s != req.first_token_s:
-                req.first_token_s = now
-            state.output_left -= 1
-            state.context_tokens += 1
+        state.kv_waits -= 1
+        if state.kv_waits > 0:
+            return
+        state.loaded = True
+        handed_off = self.kv_handoff is not None and self.kv_handoff.complete(state)
+        if state.prefill_left == 0:
+            if handed_off:
+                # A disaggregated call: the decode worker's scheduler streams its first token
+                # with the outputs of the first step it takes part in (vLLM's NIXL decode
+                # computes it there; SGLang and TRT-LLM emit the prefill's token with that step).
+                self.first_token_waiters.append(state)
+            else:  # overlapped prefill already finished: first token now
+                if req.first_token_s != req.first_token_s:
+                    req.first_token_s = now
+                state.output_left -= 1
+                state.context_tokens += 1
             self.batch.decoding.pending.append(state)  # joins after the iteration in progress, if any
         if self.check_invariants:
             self.cache.check_invariants()
@@ -326,15 +348,37 @@ class ServingInstance:
                     continue
             if prefilling:
                 yield from self._prefill_iteration(prefilling, cost)
+                first_step_end_s = env.now
             else:
                 yield from self._decode_stretch(cost, covered)
+                first_step_end_s = self._first_step_end_s
+            if self.first_token_waiters:
+                self._emit_first_tokens(first_step_end_s)
             decoding.flush()
             self._complete()
+
+    def _emit_first_tokens(self, first_step_end_s: float) -> None:
+        """Handed-over calls whose first decode step ended in the iteration just run (it ended
+        at ``first_step_end_s``) have their first token then."""
+        clock = self.batch.decoding.clock
+        waiting = []
+        for state in self.first_token_waiters:
+            if state.gone:                     # preempted before its first step: it re-prefills
+                continue
+            # Its first step is the one after the clock it joined at (finish - output left).
+            if state.decoding and clock > state.finish_clock - state.output_left:
+                req = state.req
+                req.first_token_s = first_step_end_s
+                req.decode_first_step_s = first_step_end_s - (req.prefill_done_s + req.decode_queue_s + req.kv_transfer_s)
+            else:
+                waiting.append(state)
+        self.first_token_waiters = waiting
 
     def _prefill_iteration(self, prefilling: list[Running], cost: StepTimer):
         env = self.env
         decoding = self.batch.decoding
-        n_decoding = decoding.count
+        # The decoding requests step with the chunks only in a mixed iteration.
+        n_decoding = decoding.count if self.mixed_prefill else 0
         budget = self.chunk_tokens - n_decoding
         if not budget > 1:  # max(1, budget)
             budget = 1
@@ -360,9 +404,9 @@ class ServingInstance:
         self.busy_s += duration
         self.iterations += 1
         now = env.now
-        decoding.clock += 1  # the decoding requests' step; those finishing prefill now join after it
         prefill_done = False
         if n_decoding:
+            decoding.clock += 1  # the decoding requests' step; those finishing prefill now join after it
             self.kv_rule.on_decode_steps(1)
         for state, n in chunks:
             state.prefill_left -= n
@@ -410,6 +454,8 @@ class ServingInstance:
         if covered_steps and covered_steps < steps:
             steps = covered_steps
         start = env.now
+        if self.first_token_waiters:
+            self._first_step_end_s = start + cost.decode_stretch_s(n, context, 1)
         full_s = cost.decode_stretch_s(n, context, steps)
         timeout = env.timeout(full_s)
         if len(self.batch.running) < self.max_batch or self.loading:

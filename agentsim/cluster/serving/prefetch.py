@@ -1,12 +1,13 @@
-"""HiCache-style L3 -> DRAM prefetch (section 2.3 of the policies reference).
+"""HiCache-style L3 -> L2 prefetch (section 2.3 of the policies reference).
 
-When a request arrives, the part of its prefix found only below DRAM (disk, remote) is staged
-into DRAM chunk by chunk if it is at least ``threshold_tokens`` long. The stop rule, a
+When a request arrives, the part of its prefix found only below the host tier (the cache's
+``staging_tier``: DRAM, or another kind flagged ``host``) in disk or remote is staged into the
+host tier chunk by chunk if it is at least ``threshold_tokens`` long. The stop rule, a
 registered :data:`PREFETCH_POLICIES` class named by ``cache.tiers.prefetch.policy``, decides
 when the request may be scheduled: ``best_effort`` as soon as it otherwise would be,
 ``wait_complete`` when the whole prefetch arrived, ``timeout`` at the earlier of the two and
 ``timeout_base_s + timeout_per_ki_token_s * tokens / 1024`` after arrival. Whatever arrived is
-loaded from DRAM at admission; the rest is recomputed.
+loaded from the host tier at admission; the rest is recomputed.
 
 A :class:`Prefetcher` uses of its instance: ``env``, ``cache`` (a
 :class:`~agentsim.cache.tiers.TieredCache`), ``links``, ``block_tokens``, ``block_bytes``,
@@ -89,19 +90,20 @@ class Prefetcher:
         return self.rule.ready(pf, now_s)
 
     def start(self, req: LLMRequest) -> None:
-        """Start prefetching ``req``'s L3-only prefix run, if it is long enough."""
+        """Start prefetching ``req``'s prefix run found only below the host tier, if it is long enough."""
         host = self.host
         cache: TieredCache = host.cache
         now = host.env.now
         match = cache.match(req.prompt_keys, now, touch=False)
         run_blocks = 0
         deepest = None
+        staging = cache.staging_tier
         for node in cache.path(match.node):
-            if node.entries[0] is None and node.entries[1] is None and not node.loading:
+            if node.entries[0] is None and node.entries[staging] is None and not node.loading:
                 run_blocks += len(node.keys)
                 deepest = node
             elif deepest is not None:
-                break   # the L3 run continuing the local (HBM + DRAM) match ends here
+                break   # the L3 run continuing the local (HBM + host tier) match ends here
         cfg = self.config
         tokens = run_blocks * host.block_tokens
         if deepest is None or tokens < cfg.threshold_tokens:
@@ -121,6 +123,20 @@ class Prefetcher:
             pf.stopped = True
             self.host.cache.end_prefetch(pf.pin)
         return pf
+
+    def release_others(self, req: LLMRequest) -> bool:
+        """Stop every prefetch but ``req``'s and release its pins (the staged copies stay where
+        the tiers' rules leave them); the requests stay queued, now ready. For an idle instance
+        whose head request cannot get HBM room: the pins of prefetches waiting behind it hold
+        HBM copies that nothing else would ever free. Returns whether any pin was released."""
+        released = False
+        cache = self.host.cache
+        for request_id, pf in self._prefetches.items():
+            if request_id != req.request_id and not pf.pin.released:
+                pf.stopped = pf.finished = True
+                cache.end_prefetch(pf.pin)
+                released = True
+        return released
 
     def _wake_at(self, at_s: float):
         env = self.host.env
@@ -142,7 +158,7 @@ class Prefetcher:
             first_block = node.start_block
             n = min(len(node.keys), chunk)
             name = cache.tiers[src].name
-            for link in host.links.load_path(name)[:-1]:   # into DRAM: every hop but the last (h2d)
+            for link in host.links.staging_path(name):   # into the host tier (not on into HBM)
                 yield link.transfer(n * host.block_bytes)
             if pf.stopped:
                 break

@@ -6,7 +6,13 @@ memory (``kv``), every request left held by its own prefetch or return prefetch 
 when the pass admitted all it could see, the iteration in progress (``step``: a request that
 arrives mid-iteration joins at its end). One clock per cause accumulates time spent in that
 state; a request stores the clocks when it enters the queue and adds the differences when it
-leaves, so the split costs O(1) per request and per pass, and its parts sum to its time queued.
+leaves, so the split costs O(1) per request and per pass.
+
+The causes partition ``queue_wait_s``, TTFT's queue part: the time from arrival to the first
+admission. A preempted request waits in the queue again; that wait (``requeue_wait_s``, all
+causes together) lies after its first admission, in its prefill or decode time, and is kept
+apart, so ``queue_slot_s + queue_kv_s + queue_load_s + queue_step_s == queue_wait_s`` exactly.
+A disaggregated call's wait for a decode worker is ``decode_queue_s``, not a queue cause.
 """
 
 from __future__ import annotations
@@ -39,10 +45,17 @@ class QueueCauses:
         return tuple(totals)
 
     def charge(self, req, now_s: float) -> None:
-        """``req`` leaves the queue now: add its time waited per cause."""
+        """``req`` leaves the queue now (before its ``admitted_s`` is set): its first admission
+        adds its time waited per cause; a re-admission after a preemption adds the time to
+        ``requeue_wait_s``; a disaggregated call already admitted by its prefill worker adds
+        nothing (its decode worker's queue is ``decode_queue_s``)."""
         now = self.mark(now_s)
         then = req.queue_mark
-        req.queue_slot_s += now[SLOT] - then[SLOT]
-        req.queue_kv_s += now[KV] - then[KV]
-        req.queue_load_s += now[LOAD] - then[LOAD]
-        req.queue_step_s += now[STEP] - then[STEP]
+        if req.resume_output_left >= 0:          # preempted: waiting again, after its first token or mid-prefill
+            req.requeue_wait_s += (now[SLOT] - then[SLOT]) + (now[KV] - then[KV]) + (now[LOAD] - then[LOAD]) \
+                + (now[STEP] - then[STEP])
+        elif req.admitted_s != req.admitted_s:   # first admission (admitted_s still nan)
+            req.queue_slot_s += now[SLOT] - then[SLOT]
+            req.queue_kv_s += now[KV] - then[KV]
+            req.queue_load_s += now[LOAD] - then[LOAD]
+            req.queue_step_s += now[STEP] - then[STEP]

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from agentsim.errors import InputError
 from agentsim.hardware.timing.deployment import Deployment, canonical_model
 from agentsim.hardware.timing.precision_fallback import nearest_precision
-from agentsim.hardware.timing.roofline import ENGINE_OVERHEAD_S, RooflineTimer
+from agentsim.hardware.timing.roofline import (ENGINE_OVERHEAD_S, KERNEL_FLOOR_S_PER_LAYER, MOE_GEMM_EFFICIENCY,
+                                              RooflineTimer)
 from agentsim.hardware.timing.tables import StepTables, TimingDataUnavailable, load_or_build
 from agentsim.hardware.timing.tabulated import TabulatedTimer
 
@@ -112,14 +113,16 @@ def roofline_timer(scenario) -> RooflineTimer:
     else:
         peak = hw.dense_flops_per_gpu
     return RooflineTimer(
-        active_params=model.active_params, total_params=model.total_params, bytes_per_param=model.bytes_per_param,
+        active_params=model.active_params, total_params=model.total_params,
+        bytes_per_param=scenario.weights_bytes() / model.total_params,  # at the serving precision
         attn_coeff=model.attn_coeff,
         decode_attn_coeff=model.decode_attn_coeff if model.decode_attn_coeff is not None else model.attn_coeff,
         kv_bytes_per_token=model.kv_bytes_per_token, flops_per_s=gpus * peak * hw.mfu_prefill,
         bytes_per_s=gpus * hw.hbm_bandwidth_bytes_per_s * hw.mbu_decode, chunk_tokens=serving.batch_tokens(),
         routed_experts=model.routed_experts, experts_per_token=model.experts_per_token, layers=model.layers,
         hidden_size=model.hidden_size, tp=tp, link_bytes_per_s=hw.nvlink_bytes_per_s,
-        overhead_s=ENGINE_OVERHEAD_S[serving.engine])
+        overhead_s=ENGINE_OVERHEAD_S[serving.engine], layer_floor_s=KERNEL_FLOOR_S_PER_LAYER,
+        moe_efficiency=MOE_GEMM_EFFICIENCY)
 
 
 def _why_not_measured(scenario) -> str | None:

@@ -1,0 +1,63 @@
+"""The recompute split's loss record against the plain per-instance dictionary it compacts: for
+every (instance, key), the tier the instance last lost the key from, through records by many
+instances (more owners of a key than dense layers), forgetting and purging dead keys."""
+
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from agentsim.engine.recompute import DENSE_LAYERS, RecomputeClassifier
+
+
+class _Policy:
+    def on_remove(self, obj, blocks, reason):
+        pass
+
+
+def _classifier(n_instances: int) -> RecomputeClassifier:
+    instances = [SimpleNamespace(instance_id=i, cache=SimpleNamespace(name="hbm", policy=_Policy()))
+                 for i in range(n_instances)]
+    return RecomputeClassifier(instances, block_tokens=16, warmup_s=0.0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_loss_record_matches_a_dict_per_instance(seed):
+    rng = random.Random(seed)
+    n_instances = 2 * DENSE_LAYERS + 2          # keys lost on more instances than dense layers
+    record = _classifier(n_instances)
+    model: dict[int, dict[int, int]] = {i: {} for i in range(n_instances)}   # instance -> key -> 1 + tier
+    protected = set(range(1, 40))                # shared prefixes: always live
+    oldest = [1]
+    record.key_horizon = lambda: (oldest[0], protected)
+    record._purge_at = 300                       # purge often
+    next_key = 1
+    for _ in range(3000):
+        op = rng.random()
+        if op < 0.6:
+            start = rng.choice((rng.randrange(1, 40), max(1, next_key - rng.randrange(1, 400)), next_key))
+            keys = list(range(start, start + rng.randrange(1, 30)))
+            if rng.random() < 0.05:
+                keys.append(rng.getrandbits(60))   # a trace's hash id
+            next_key = max(next_key, keys[-1] + 1) if keys[-1] < 2**40 else next_key
+            keys = [k for k in keys if k >= oldest[0] or k in protected]   # dead keys are never lost again
+            instance, tier = rng.randrange(n_instances), rng.randrange(3)
+            record._record(instance, keys, tier)
+            for key in keys:
+                model[instance][key] = 1 + tier
+        elif op < 0.7 and next_key > 50:
+            keys = list(range(rng.randrange(40, next_key), next_key))[:50]
+            record.forget(keys)
+            for held in model.values():
+                for key in keys:
+                    held.pop(key, None)
+        elif op < 0.75:
+            oldest[0] = max(oldest[0], next_key - rng.randrange(0, 2000))
+            record._purge()
+            for held in model.values():
+                for key in [k for k in held if k < oldest[0] and k not in protected]:
+                    del held[key]
+    probe = sorted({k for held in model.values() for k in held} | set(range(1, next_key, 7)))
+    for instance in range(n_instances):
+        assert record._tiers_lost(instance, probe) == [model[instance].get(k, 0) for k in probe], instance
+    assert len(record._layers) == DENSE_LAYERS and record._spill     # every path was taken
