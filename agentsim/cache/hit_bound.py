@@ -7,12 +7,12 @@ evicts leaves from the tail (issue 22 saw it below LRU by a few hit blocks in a 
 module computes a number that no policy can exceed, online or offline, under the replay semantics of
 :func:`agentsim.cache.sequential.replay_sequence` with the cache capacity ``C`` in blocks.
 
-**The relaxation.** Request ``j`` *references* the blocks of its prompt (half-step ``2j``) and of
-its total, prompt plus output (half-step ``2j + 1``). A hit is a prompt reference to a block held
-since that block's previous reference. After request ``j`` its own first ``f_j = min(|total_j|,
-C)`` blocks are resident (the cache commits them) and its deeper ones are not, so at most
-``C - f_j`` *other* blocks are held across that boundary. Any prefix position, any subset of blocks and bypass (not keeping a block
-past the request that brought it) are allowed.
+**The relaxation.** Request ``j`` *references* the blocks of its prompt and of its total (prompt
+plus output). A hit is a prompt reference to a block held since that block's previous
+reference. After request ``j`` its own first ``f_j = min(|total_j|, C)`` blocks are resident
+(the cache commits them) and its deeper ones are not, so at most ``C - f_j`` *other* blocks are
+held across that boundary. Any prefix position, any subset of blocks and bypass (not keeping a
+block past the request that brought it) are allowed.
 
 **Why it bounds every policy (proof sketch).** Let ``S_j`` be the blocks resident after request
 ``j``; the cache guarantees ``|S_j| <= C``, and ``S_j`` holds the first ``f_j`` blocks of
@@ -36,13 +36,15 @@ matched prefix longer than the cache).
 more are open, drops those that end latest (Belady's furthest-next-use rule *with bypass* on
 unit blocks; exchange argument: of two intervals open at a point, the one that ends earlier
 occupies a subset of the later one's remaining points, so keeping it never raises a later
-load). A reference whose next reference to the same block is an output-only one (half-step
-odd) opens an interval worth nothing (that reference re-inserts the block for free), so it is
+load). A reference whose next reference to the same block is an output-only one opens an
+interval worth nothing (that reference re-inserts the block for free), so it is
 dropped at once. ``tests/test_hit_bound.py`` checks the sweep against a linear program of the
 same relaxation (integral: interval matrices are totally unimodular) and against every
 registered policy on random agent streams.
 
-**Cost.** Blocks that are referenced by exactly the same half-steps are interchangeable; the
+**Cost.** Each request is two or three *steps* (its prompt, the blocks it leaves resident,
+and, only when some request is longer than the cache, its whole total). Blocks that are
+referenced by exactly the same steps are interchangeable; the
 sweep holds a count per such group (a run of the radix tree of all prompts and totals, from
 :func:`agentsim.cache.policies._next_use.build_index`), so an agent stream that re-sends its
 history costs a few dozen group references per request, not one per block.
