@@ -139,9 +139,10 @@ def test_check_timing_sample_in_json(tmp_path: Path):
                         aggregated["tpot_error_median"])
 
 
-#: Error-factor medians on the fixture sample (docs/validation.md gives the full-file table).
-TPOT_MEDIAN_BOUND = 1.4
-TTFT_MEDIAN_BOUND = 2.0
+#: Error-factor medians on the fixture sample, with a small margin over what they are (TTFT 1.36,
+#: TPOT 1.23; docs/validation.md gives the table over 400 rows of the full file).
+TPOT_MEDIAN_BOUND = 1.3
+TTFT_MEDIAN_BOUND = 1.5
 
 
 def test_a_special_file_or_an_absurd_row_is_refused_without_running(tmp_path: Path):
