@@ -56,13 +56,15 @@ def kv_capacity_warning(scenario) -> str | None:
 
 def scenario_warnings(scenario) -> list[str]:
     """Problems visible before the run: a TTL that cannot fire within ``duration_s``; too
-    little KV for one request at the context limit (:func:`kv_capacity_warning`)."""
+    little KV for one request at the context limit (:func:`kv_capacity_warning`); a tier whose
+    kind has no price, charged at zero (:func:`~agentsim.engine.economics.unpriced_tier_warning`)."""
     from agentsim.cache.policies import EVICTION_POLICIES
+    from agentsim.engine.economics import unpriced_tier_warning
 
     notes = []
-    kv_note = kv_capacity_warning(scenario)
-    if kv_note is not None:
-        notes.append(kv_note)
+    for note in (kv_capacity_warning(scenario), unpriced_tier_warning(scenario)):
+        if note is not None:
+            notes.append(note)
     for path, ref in _policy_refs(scenario):
         policy = EVICTION_POLICIES.create(ref.name, ref.params)
         ttl_s = getattr(policy, "ttl_s", None)
