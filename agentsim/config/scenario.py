@@ -428,7 +428,8 @@ class Scenario(Strict):
     description: str = ""
     seed: int = Field(0, ge=0)
     duration_s: Seconds = Field(gt=0, description="simulated time during which sessions may start")
-    drain: bool = Field(True, description="let sessions started before duration_s finish their in-flight call")
+    drain: bool = Field(True, description="let sessions started before duration_s finish their in-flight call (for at "
+                        "most limits.max_drain_s); false: the run ends at duration_s, calls in flight rejected (drain_limit)")
     hardware: HardwareConfig = Field(default_factory=HardwareConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
