@@ -82,11 +82,34 @@ class Belady(KeyedLeafPolicy):
             return 1
         keys = node.keys
         n = len(keys)
-        next_use = self.next_use
-        last = next_use(keys[-1])
         lo = n - want
-        if next_use(keys[lo]) == last:
+        # next_use inlined for the two probes every call makes (it runs once per eviction step):
+        # two blocks of one slot (prefix-run index) share their uses; otherwise compare the
+        # first use after the current request of each.
+        slot_of = self._slot
+        if slot_of is None:
+            size = len(self._bounds) - 1
+            first, deepest = keys[lo], keys[-1]
+            first_slot = first if 0 <= first < size else None
+            last_slot = deepest if 0 <= deepest < size else None
+        else:
+            first_slot, last_slot = slot_of.get(keys[lo]), slot_of.get(keys[-1])
+        if first_slot == last_slot:
             return want
+        if first_slot is not None and last_slot is not None:
+            bounds, positions, position = self._bounds, self._positions, self.position
+            hi = bounds[first_slot + 1]
+            i = bisect.bisect_right(positions, position, bounds[first_slot], hi)
+            first_use = positions[i] if i < hi else NEVER
+            hi = bounds[last_slot + 1]
+            i = bisect.bisect_right(positions, position, bounds[last_slot], hi)
+            last = positions[i] if i < hi else NEVER
+        else:
+            next_use = self.next_use
+            first_use, last = next_use(keys[lo]), next_use(keys[-1])
+        if first_use == last:
+            return want
+        next_use = self.next_use
         hi = n - 1  # keys[lo] is used sooner than the tail, keys[hi] (the deepest) is not
         while lo + 1 < hi:
             mid = (lo + hi) // 2
