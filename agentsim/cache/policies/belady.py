@@ -21,6 +21,7 @@ use infinity and the policy degrades to "deepest, newest first" (documented, not
 from __future__ import annotations
 
 import bisect
+import heapq
 from typing import Sequence
 
 from agentsim.cache.registries import EVICTION_POLICIES
@@ -28,6 +29,10 @@ from agentsim.cache.policies._next_use import build_index
 from agentsim.cache.policy import KeyedLeafPolicy
 
 NEVER = float("inf")
+#: The heap key's first element for "never used again": an int below every ``-position``, not
+#: ``-NEVER``: the same order, and the heap's comparisons stay int against int (a float
+#: against an int costs CPython a mixed-type comparison on every sift).
+_NEVER_KEY = -(1 << 62)
 
 
 @EVICTION_POLICIES.register("belady")
@@ -129,9 +134,55 @@ class Belady(KeyedLeafPolicy):
         else:
             slot = slot_of.get(key)
         if slot is None:
-            return (-NEVER, -(node.start_block + len(node.keys)), -node.node_id)
+            return (_NEVER_KEY, -(node.start_block + len(node.keys)), -node.node_id)
         bounds = self._bounds
         hi = bounds[slot + 1]
         positions = self._positions
         i = bisect.bisect_right(positions, self.position, bounds[slot], hi)
-        return (-positions[i] if i < hi else -NEVER, -(node.start_block + len(node.keys)), -node.node_id)
+        return (-positions[i] if i < hi else _NEVER_KEY, -(node.start_block + len(node.keys)), -node.node_id)
+
+    # --- the push path, specialised -------------------------------------------------------------
+    # KeyedLeafPolicy's notifications go on_candidate -> _push_if_evictable -> key: three Python
+    # frames per push, and a replay pushes once per request and per eviction step. Here one
+    # frame does the leaf test, the key (as ``key`` above) and the push, with the same items in
+    # the same order, so the victims are exactly KeyedLeafPolicy's.
+    def _push_if_evictable(self, node, now_s=None, hit=False) -> None:
+        if self._plain_leaf_rule:
+            if not (node.alive and not node.lock_ref and not node.children and node.parent is not None):
+                return
+        elif not self.cache.is_evictable(node):
+            return
+        keys = node.keys
+        key = keys[-1]
+        slot_of = self._slot
+        bounds = self._bounds
+        if slot_of is None:
+            slot = key if 0 <= key < len(bounds) - 1 else None
+        else:
+            slot = slot_of.get(key)
+        if slot is None:
+            use = _NEVER_KEY
+        else:
+            hi = bounds[slot + 1]
+            positions = self._positions
+            i = bisect.bisect_right(positions, self.position, bounds[slot], hi)
+            use = -positions[i] if i < hi else _NEVER_KEY
+        node.heap_version = version = node.heap_version + 1
+        heap = self._heap
+        node_id = node.node_id
+        heapq.heappush(heap, (use, -(node.start_block + len(keys)), -node_id, node_id, version, node))
+        if len(heap) > self._compact_at:
+            self._compact_heap()
+
+    on_insert = on_access = on_candidate = _push_if_evictable
+
+    def on_split(self, upper, lower):
+        self._push_if_evictable(upper)
+        self._push_if_evictable(lower)
+
+    def bind(self, cache) -> None:
+        super().bind(cache)
+        # The overrides above notify only evictable nodes, as KeyedLeafPolicy's, so its path
+        # shortcuts hold (it turns them off for any subclass that overrides these hooks).
+        self.access_evictable_only = True
+        self.access_leaf_only = self._plain_leaf_rule
