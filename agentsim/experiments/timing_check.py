@@ -149,7 +149,7 @@ def emulate_row(row: dict, overrides: list[str] | None = None, max_clients: int 
     clients = scenario.workload.agent_classes["client"].arrival.concurrent
     isl, osl = int(row["isl"]), int(row["osl"])
     round_s = _round_estimate_s(timer, clients, isl, osl, scenario.serving.batch_requests(),
-                                scenario.serving.batch_tokens())
+                                scenario.serving.instance_batch_tokens())
     duration_s = max(round_s, 1e-3) * (1 + MEASURED_ROUNDS) * 1.1
     for _ in range(_EXTENSIONS + 1):
         data = {**data, "duration_s": duration_s}
