@@ -146,3 +146,31 @@ def test_rows_no_recipe_emulates_are_skipped_with_the_reason():
     with pytest.raises(DisaggRowError, match="no InferenceX recipe .* 91 clients"):
         disaggregated_row_scenario({**RECIPE_ROW, "silicon_data_source": RECIPE_ROW["silicon_data_source"].replace(
             "=90", "=91")}, aggregated)
+
+
+def test_inferencex_rows_are_measured_as_its_benchmark_runs():
+    """sa-bench: lengths uniform over [0.8 x len, len], all 10 x clients prompts measured from
+    the first burst; the database dump's rows keep check-timing's default (one warm-up round)."""
+    from agentsim.experiments.disaggregated_rows import measured_rounds
+
+    assert measured_rounds(RECIPE_ROW) == (0, 10)
+    assert measured_rounds(ROW) is None
+    client = disaggregated_row_scenario(RECIPE_ROW, aggregated)["workload"]["agent_classes"]["client"]
+    assert client["initial_context_tokens"] == {"dist": "uniform", "low": 819, "high": 1024}
+    assert client["output_tokens"] == {"dist": "uniform", "low": 819, "high": 1024}
+    given = disaggregated_row_scenario(ROW, aggregated)["workload"]["agent_classes"]["client"]
+    assert given["initial_context_tokens"] == 8192
+
+
+def test_an_inferencex_row_measures_its_ten_rounds_with_their_lengths():
+    from agentsim.experiments.timing_check import emulate_row
+
+    # The b200 recipe at 6 clients: 1 prefill worker of DEP4, 5 decode workers of TEP8.
+    row = {**RECIPE_ROW, "silicon_data_source": RECIPE_ROW["silicon_data_source"].replace("=90", "=6"),
+           "silicon_ttft_ms": 200.0, "silicon_tpot_ms": 10.0}
+    result = emulate_row(row)
+    assert result.skipped is None and result.pools in ("recipe", "recipe, ambiguous")
+    assert result.measured_requests == 60          # 10 x 6 prompts, the first burst included
+    assert result.predicted_ttft_ms > 0 and result.predicted_tpot_ms > 0
+    dump = emulate_row({**ROW, "silicon_ttft_ms": 500.0, "silicon_tpot_ms": 8.0})
+    assert dump.pools == "row" and dump.measured_requests >= 2 * 36

@@ -45,6 +45,13 @@ _BACKENDS = {"dynamo-trt": "trtllm", "dynamo-sglang": "sglang", "dynamo-vllm": "
 _MODELS = {"dsr1": "DeepSeek-R1", "dsr1-fp8": "DeepSeek-R1", "DeepSeek-R1-0528": "DeepSeek-R1",
            "gptoss": "GPT-OSS-120B", "kimik2.5": "Kimi-K2.5", "glm5": "GLM-5"}
 _FIELD = {name: re.compile(rf"{name}=([^;]+)") for name in ("model", "measured", "silicon_concurrency")}
+#: InferenceX's benchmark (srt-slurm's sa-bench, as its ``bench.sh`` runs it): a warm-up run of
+#: its own, then ``10 x concurrency`` prompts at once (``--request-rate inf
+#: --max-concurrency C``), every one of them in the reported means, the first burst included;
+#: prompt and output lengths uniform in ``[0.8 x isl, isl]`` and ``[0.8 x osl, osl]``
+#: (``--random-range-ratio 0.8``, SGLang's bench_serving semantics).
+SA_BENCH_ROUNDS = 10
+SA_BENCH_RANGE_RATIO = 0.8
 #: Why a row's pools are not rebuilt when its columns give a deployment's size, not a worker's.
 DEPLOYMENT_COLUMNS_REASON = ("prefill and decode columns give the deployment's GPUs (tp {tp} with attention_dp 1 "
                              "and no expert split on both pools), not one worker's, and no recipe matches")

@@ -103,6 +103,29 @@ def row_pools(row: dict, clients: int) -> tuple[dict, dict]:
     return prefill, decode
 
 
+def measured_rounds(row: dict) -> tuple[int, int] | None:
+    """``(warm-up rounds, measured rounds)`` of the benchmark that measured ``row`` when it is
+    known: InferenceX's (the rows whose pools come from its recipes) measures all of its
+    ``10 x concurrency`` prompts from the first burst on; None for the others (check-timing's
+    default: one warm-up round per client, the rounds after it measured)."""
+    from agentsim.experiments.disagg_recipes import SA_BENCH_ROUNDS
+
+    if str(row.get("mode")).strip() == "disagg" and pools_source(row) == "recipe":
+        return 0, SA_BENCH_ROUNDS
+    return None
+
+
+def _sa_bench_lengths(data: dict, row: dict) -> dict:
+    """The workload with InferenceX's random lengths (uniform over ``[0.8 x len, len]``)."""
+    from agentsim.experiments.disagg_recipes import SA_BENCH_RANGE_RATIO
+
+    isl, osl = _int(row.get("isl")), _int(row.get("osl"))
+    lengths = {"initial_context_tokens": {"dist": "uniform", "low": math.floor(isl * SA_BENCH_RANGE_RATIO), "high": isl},
+               "output_tokens": {"dist": "uniform", "low": math.floor(osl * SA_BENCH_RANGE_RATIO), "high": osl}}
+    return {**data, "workload": {**data["workload"], "agent_classes": {
+        name: {**cls, **lengths} for name, cls in data["workload"]["agent_classes"].items()}}}
+
+
 def disaggregated_row_scenario(row: dict, aggregated_scenario: Callable[[dict], dict]) -> dict:
     """The scenario mapping that emulates disaggregated ``row`` (raises DisaggRowError)."""
     clients = concurrency(row)
@@ -118,6 +141,8 @@ def disaggregated_row_scenario(row: dict, aggregated_scenario: Callable[[dict], 
     data = {**data, "workload": {**data["workload"], "agent_classes": {
         name: {**cls, "arrival": {**cls["arrival"], "concurrent": clients}}
         for name, cls in data["workload"]["agent_classes"].items()}}}
+    if pools_source(row) == "recipe":
+        data = _sa_bench_lengths(data, row)
     serving = dict(data["serving"])
     serving["max_num_seqs"] = clients
     # Random prompts share nothing: routing by load is what the benchmark's front end does.

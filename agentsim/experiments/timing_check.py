@@ -28,7 +28,7 @@ from agentsim.engine.simulation import run_scenario
 from agentsim.errors import InputError
 from agentsim.config.disaggregation import pool_scenario
 from agentsim.experiments.benchmark_rows import RowSkipped, row_scenario
-from agentsim.experiments.disaggregated_rows import pools_description
+from agentsim.experiments.disaggregated_rows import measured_rounds, pools_description
 from agentsim.hardware.timing.memory import engine_kv_capacity_tokens
 from agentsim.hardware.timing.select import build_timer, deployment_of
 
@@ -55,6 +55,8 @@ class RowResult:
     #: Disaggregated rows: where the pools came from (``row``: its columns; ``recipe``: the
     #: InferenceX recipe it ran; ``recipe, ambiguous``: a recipe with and one without MTP fit).
     pools: str | None = None
+    #: Simulated requests the prediction is the mean of.
+    measured_requests: int | None = None
 
     @property
     def ttft_error(self) -> float | None:
@@ -150,18 +152,23 @@ def emulate_row(row: dict, overrides: list[str] | None = None, max_clients: int 
     isl, osl = int(row["isl"]), int(row["osl"])
     round_s = _round_estimate_s(timer, clients, isl, osl, scenario.serving.batch_requests(),
                                 scenario.serving.instance_batch_tokens())
-    duration_s = max(round_s, 1e-3) * (1 + MEASURED_ROUNDS) * 1.1
+    protocol = measured_rounds(row)
+    warmup, rounds = protocol if protocol is not None else (1, MEASURED_ROUNDS)
+    duration_s = max(round_s, 1e-3) * (warmup + rounds) * 1.1
     for _ in range(_EXTENSIONS + 1):
         data = {**data, "duration_s": duration_s}
         records = run_scenario(scenario_from_dict(data, source="check-timing")).tables["requests"]
         finished = records[~records["rejected"]].sort_values(["arrival_s", "request_id"])
-        measured = finished.iloc[clients:]  # the first request of every client is warm-up
-        if len(measured) >= clients * MEASURED_ROUNDS:
+        measured = finished.iloc[clients * warmup:]  # by default the first request of every client is warm-up
+        if protocol is not None:
+            measured = measured.iloc[:clients * rounds]   # the benchmark's prompts, no more
+        if len(measured) >= clients * rounds:
             break
         duration_s *= 2
     if measured.empty:
         result.skipped = "no request finished after the warm-up round"
         return result
+    result.measured_requests = len(measured)
     result.predicted_ttft_ms = float(measured["ttft_s"].mean() * 1e3)
     result.predicted_tpot_ms = float(measured["tpot_s"].mean() * 1e3)
     return result
