@@ -174,3 +174,14 @@ def test_an_inferencex_row_measures_its_ten_rounds_with_their_lengths():
     assert result.predicted_ttft_ms > 0 and result.predicted_tpot_ms > 0
     dump = emulate_row({**ROW, "silicon_ttft_ms": 500.0, "silicon_tpot_ms": 8.0})
     assert dump.pools == "row" and dump.measured_requests >= 2 * 36
+
+
+def test_entries_without_a_parallelism_are_not_deployments():
+    """InferenceX's December SGLang entries on GB200 write tp 1, ep 1 with attention DP for
+    both pools; a row matching only those is skipped, not emulated on 1-GPU workers."""
+    row = {**RECIPE_ROW, "backend": "sglang", "system": "gb200", "prefill_tp_size": 1.0, "prefill_moe_ep_size": 1.0,
+           "decode_tp_size": 1.0, "silicon_data_source": "source_file=2026-04-06.csv; model=DeepSeek-R1; "
+                                                          "silicon_concurrency=4; measured=2025-12-21T00:00:00.000Z",
+           "precision": "fp8"}
+    with pytest.raises(DisaggRowError, match="give no parallelism"):
+        disaggregated_row_scenario(row, aggregated)

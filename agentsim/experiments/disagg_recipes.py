@@ -114,6 +114,14 @@ def recipe_pools(row: dict, clients: int) -> tuple[dict, dict, dict]:
     found = table
     for column, value in key.items():
         found = found[found[column] == value]
+    # Early SGLang entries write "tp 1, ep 1, dp-attn" for every pool (the deployment was in the
+    # recipe file): attention DP over one rank describes no worker.
+    placeholder = (((found["prefill_tp"] == 1) & found["prefill_dp_attn"])
+                   | ((found["decode_tp"] == 1) & found["decode_dp_attn"]))
+    if not found.empty and placeholder.all():
+        raise RecipeError("the matching InferenceX entries give no parallelism (tp 1 with attention DP, "
+                          "the deployment was in their recipe files)")
+    found = found[~placeholder]
     if found.empty:
         tp = key["prefill_tp"]
         if (tp is not None and tp >= 12 and tp == key["decode_tp"] and key["prefill_ep"] == 1
