@@ -95,3 +95,15 @@ class ServingConfig(Strict):
     def batch_tokens(self) -> int:
         """Token budget per iteration (``max_num_batched_tokens`` over ``prefill_chunk_tokens``)."""
         return self.max_num_batched_tokens or self.prefill_chunk_tokens
+
+    def instance_batch_tokens(self) -> int:
+        """Token budget of one instance's iteration: :meth:`batch_tokens` per attention-DP rank.
+        With attention DP every rank schedules its own batch under the engine's budget
+        (SGLang's ``chunked_prefill_size``, TensorRT-LLM's ``max_num_tokens``), so the instance
+        takes ``attention_dp`` times it, one request's chunk at most :meth:`batch_tokens`."""
+        return self.batch_tokens() * self.parallelism.attention_dp
+
+    def rank_chunk_tokens(self) -> int | None:
+        """Most tokens of one request in one iteration when that is below the instance's budget
+        (attention DP: a request's chunk runs on its rank), else None."""
+        return self.batch_tokens() if self.parallelism.attention_dp > 1 else None

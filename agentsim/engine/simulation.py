@@ -149,11 +149,11 @@ class Simulation:
             serving = scenario.serving
             self.instances.append(ServingInstance(
                 self.env, index, cache, self.cost, self.block_tokens,
-                serving.batch_requests(), serving.batch_tokens(),
+                serving.batch_requests(), serving.instance_batch_tokens(),
                 on_finish=self._on_finish, check_invariants=scenario.run.check_invariants,
                 kv_rule=make_kv_admission(serving, self.block_tokens), preemption=serving.preemption,
                 long_prefill_tokens=serving.long_prefill_token_threshold,
-                mixed_prefill=serving.mixes_prefill(), **extra,
+                mixed_prefill=serving.mixes_prefill(), rank_chunk_tokens=serving.rank_chunk_tokens(), **extra,
             ))
         if self.hierarchy is not None and self.disaggregated is None:
             self.hierarchy.connect_peers(self.instances)

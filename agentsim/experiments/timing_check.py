@@ -28,6 +28,7 @@ from agentsim.engine.simulation import run_scenario
 from agentsim.errors import InputError
 from agentsim.config.disaggregation import pool_scenario
 from agentsim.experiments.benchmark_rows import RowSkipped, row_scenario
+from agentsim.experiments.disaggregated_rows import measured_rounds, pools_description
 from agentsim.hardware.timing.memory import engine_kv_capacity_tokens
 from agentsim.hardware.timing.select import build_timer, deployment_of
 
@@ -51,6 +52,11 @@ class RowResult:
     predicted_tpot_ms: float | None = None
     skipped: str | None = None
     timing_source: str | None = None
+    #: Disaggregated rows: where the pools came from (``row``: its columns; ``recipe``: the
+    #: InferenceX recipe it ran; ``recipe, ambiguous``: a recipe with and one without MTP fit).
+    pools: str | None = None
+    #: Simulated requests the prediction is the mean of.
+    measured_requests: int | None = None
 
     @property
     def ttft_error(self) -> float | None:
@@ -62,7 +68,7 @@ class RowResult:
 
     def as_json(self) -> dict:
         return {"id": self.id, "predicted_ttft_ms": self.predicted_ttft_ms,
-                "predicted_tpot_ms": self.predicted_tpot_ms, "skipped": self.skipped}
+                "predicted_tpot_ms": self.predicted_tpot_ms, "skipped": self.skipped, "pools": self.pools}
 
 
 def error_factor(predicted: float | None, measured: float | None) -> float | None:
@@ -108,8 +114,9 @@ def _with_engine_kv(data: dict) -> dict:
     return data
 
 
-def emulate_row(row: dict, overrides: list[str] | None = None) -> RowResult:
-    """Run one row through the simulator (``overrides``: ``--set`` PATH=VALUE for every row).
+def emulate_row(row: dict, overrides: list[str] | None = None, max_clients: int | None = None) -> RowResult:
+    """Run one row through the simulator (``overrides``: ``--set`` PATH=VALUE for every row;
+    a row of more than ``max_clients`` clients is skipped with that reason).
 
     Raises InputError for a bad override; a row the simulator cannot emulate comes back with
     ``skipped`` set."""
@@ -120,6 +127,12 @@ def emulate_row(row: dict, overrides: list[str] | None = None) -> RowResult:
         data = row_scenario(row)
     except RowSkipped as why:
         result.skipped = str(why)
+        return result
+    if result.mode == "disagg":
+        result.pools = pools_description(row)
+    clients = data["workload"]["agent_classes"]["client"]["arrival"]["concurrent"]
+    if max_clients is not None and clients > max_clients:
+        result.skipped = f"more than {max_clients} clients ({clients}; --max-clients)"
         return result
     try:
         data = _with_engine_kv(data)
@@ -138,19 +151,24 @@ def emulate_row(row: dict, overrides: list[str] | None = None) -> RowResult:
     clients = scenario.workload.agent_classes["client"].arrival.concurrent
     isl, osl = int(row["isl"]), int(row["osl"])
     round_s = _round_estimate_s(timer, clients, isl, osl, scenario.serving.batch_requests(),
-                                scenario.serving.batch_tokens())
-    duration_s = max(round_s, 1e-3) * (1 + MEASURED_ROUNDS) * 1.1
+                                scenario.serving.instance_batch_tokens())
+    protocol = measured_rounds(row)
+    warmup, rounds = protocol if protocol is not None else (1, MEASURED_ROUNDS)
+    duration_s = max(round_s, 1e-3) * (warmup + rounds) * 1.1
     for _ in range(_EXTENSIONS + 1):
         data = {**data, "duration_s": duration_s}
         records = run_scenario(scenario_from_dict(data, source="check-timing")).tables["requests"]
         finished = records[~records["rejected"]].sort_values(["arrival_s", "request_id"])
-        measured = finished.iloc[clients:]  # the first request of every client is warm-up
-        if len(measured) >= clients * MEASURED_ROUNDS:
+        measured = finished.iloc[clients * warmup:]  # by default the first request of every client is warm-up
+        if protocol is not None:
+            measured = measured.iloc[:clients * rounds]   # the benchmark's prompts, no more
+        if len(measured) >= clients * rounds:
             break
         duration_s *= 2
     if measured.empty:
         result.skipped = "no request finished after the warm-up round"
         return result
+    result.measured_requests = len(measured)
     result.predicted_ttft_ms = float(measured["ttft_s"].mean() * 1e3)
     result.predicted_tpot_ms = float(measured["tpot_s"].mean() * 1e3)
     return result
@@ -210,18 +228,22 @@ def summarize(results: list[RowResult]) -> dict:
     for r in results:
         if r.timing_source:
             sources[r.timing_source] = sources.get(r.timing_source, 0) + 1
+    by_pools: dict[str, list[RowResult]] = {}
+    for r in disaggregated:
+        by_pools.setdefault(r.pools or "skipped before its pools were known", []).append(r)
     return {"all": _block(results), "aggregated": _block(aggregated), "disaggregated": _block(disaggregated),
+            "disaggregated_by_pools": {k: _block(rs) for k, rs in sorted(by_pools.items())},
             "groups": [{"system": s, "backend": b, "mode": m, **_block(rs)} for (s, b, m), rs in sorted(groups.items())],
             "timing_sources": dict(sorted(sources.items())),
             "skipped_reasons": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))}
 
 
 def check_rows(frame: pd.DataFrame, overrides: list[str] | None = None,
-               on_row: Callable[[RowResult], None] | None = None) -> list[RowResult]:
+               on_row: Callable[[RowResult], None] | None = None, max_clients: int | None = None) -> list[RowResult]:
     """Emulate every row of ``frame`` in order (``on_row`` is called after each)."""
     results = []
     for row in frame.to_dict("records"):
-        result = emulate_row(row, overrides)
+        result = emulate_row(row, overrides, max_clients)
         results.append(result)
         if on_row is not None:
             on_row(result)

@@ -63,7 +63,8 @@ class ServingInstance:
                  on_finish: Callable[[LLMRequest], None], check_invariants: bool = False,
                  links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None,
                  tiers_config=None, kv_rule: KvAdmissionRule | None = None, preemption: str = "recompute",
-                 long_prefill_tokens: int | None = None, mixed_prefill: bool = True):
+                 long_prefill_tokens: int | None = None, mixed_prefill: bool = True,
+                 rank_chunk_tokens: int | None = None):
         self.env = env
         self.instance_id = instance_id
         self.cache = cache
@@ -73,6 +74,9 @@ class ServingInstance:
         self.chunk_tokens = prefill_chunk_tokens
         #: Cap on one request's share of an iteration's budget while others prefill too (0: none).
         self.long_prefill_tokens = long_prefill_tokens or 0
+        #: Cap on one request's chunk in any iteration (attention DP: a chunk runs on one rank,
+        #: within that rank's budget; 0: none).
+        self.rank_chunk_tokens = rank_chunk_tokens or 0
         #: False: an iteration with prefill chunks is a prefill-only batch and the decoding
         #: requests wait it out (SGLang's scheduler); True: they take their step in it.
         self.mixed_prefill = mixed_prefill
@@ -394,6 +398,8 @@ class ServingInstance:
             n = budget if budget < state.prefill_left else state.prefill_left  # min(prefill_left, budget)
             if cap and n > cap:
                 n = cap
+            if self.rank_chunk_tokens and n > self.rank_chunk_tokens:
+                n = self.rank_chunk_tokens
             budget -= n
             chunks.append((state, n))
             work.append((n, state.context_tokens))
