@@ -72,6 +72,9 @@ def register(app: typer.Typer) -> None:
                                              help="emulate a stratified sample of N rows (deterministic)"),
         set_: Optional[list[str]] = typer.Option(None, "--set", help="override a field of every row's scenario: PATH=VALUE"),
         mode: Optional[Mode] = typer.Option(None, "--mode", help="only the rows of this mode (before --sample)"),
+        client_lengths: bool = typer.Option(False, "--client-lengths",
+                                            help="draw each request's lengths as the row's benchmark client did "
+                                                 "(aggregated rows; docs/validation.md)"),
     ) -> None:
         """Emulate measured serving benchmarks and compare predicted with measured TTFT/TPOT."""
         from agentsim.experiments.benchmark_rows import read_rows
@@ -89,9 +92,10 @@ def register(app: typer.Typer) -> None:
             with Progress(TextColumn("[bold]emulating rows"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=err_console, transient=True) as progress:
                 task = progress.add_task("rows", total=len(frame))
-                results = check_rows(frame, overrides, on_row=lambda _: progress.advance(task))
+                results = check_rows(frame, overrides, on_row=lambda _: progress.advance(task),
+                                     client_lengths=client_lengths)
         else:
-            results = check_rows(frame, overrides)
+            results = check_rows(frame, overrides, client_lengths=client_lengths)
         summary = summarize(results)
         if as_json:
             sys.stdout.write(json.dumps({"rows": [r.as_json() for r in results], "summary": summary}, indent=1) + "\n")
