@@ -65,3 +65,19 @@ def test_client_lengths_reach_the_simulated_requests():
     assert len(done) >= 12
     assert done["prompt_tokens"].between(int(0.8 * isl), isl).all() and done["prompt_tokens"].nunique() > 1
     assert done["output_tokens"].between(int(0.8 * osl), osl).all() and done["output_tokens"].nunique() > 1
+
+
+def test_sglang_recipes_set_the_scheduling_flags_the_benchmark_ran_with():
+    from agentsim.experiments.benchmark_recipes import recipe_serving
+
+    sweep = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=8; image=lmsysorg/sglang:v0.5.9-cu130"
+    row = {"backend": "sglang", "model_path": "nvidia/DeepSeek-R1-0528-NVFP4-v2", "system": "b200_sxm",
+           "precision": "fp4", "silicon_data_source": sweep}
+    assert recipe_serving(row, 8, 8) == {"scheduler_recv_interval": 10, "max_num_batched_tokens": 16384}
+    assert recipe_serving(row, 16, 8) == {"scheduler_recv_interval": 30, "max_num_batched_tokens": 16384}
+    fp8_tp4 = {**row, "model_path": "deepseek-ai/DeepSeek-R1", "precision": "fp8"}
+    assert recipe_serving(fp8_tp4, 32, 4)["scheduler_recv_interval"] == 10
+    assert recipe_serving({**row, "system": "h200_sxm", "precision": "fp8"}, 32, 8) == {"max_num_batched_tokens": 32768}
+    assert recipe_serving({**row, "backend": "vllm"}, 8, 8) == {}
+    assert recipe_serving({**row, "silicon_data_source": "source_file=/x/aic-auto-gap-analysis/y.csv"}, 8, 8) == {}
+    assert recipe_serving({**row, "model_path": "someone/Other-7B"}, 8, 8) == {}

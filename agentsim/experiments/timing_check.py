@@ -4,7 +4,8 @@ Each aggregated row of a measured-runs file (:mod:`.benchmark_rows`) is run thro
 simulator as the benchmark client ran it on the real engine (:mod:`.benchmark_clients`):
 closed-loop clients that all start at once with requests of ``isl`` random tokens and ``osl``
 output tokens; the prediction is the mean TTFT and TPOT over the first ``10 x clients``
-requests, the initial burst included, the means the client reports. With
+requests, the initial burst included, the means the client reports. An InferenceX row's SGLang
+server gets its recipe's scheduling flags (:mod:`.benchmark_recipes`). With
 ``client_lengths=True`` every request's lengths are drawn as the row's client drew them
 (uniformly from ``[0.8 L, L]`` for InferenceX rows); not the default, see docs/validation.md.
 Disaggregated rows keep the older rule: every client's first request taken as warm-up, the
@@ -31,6 +32,7 @@ from agentsim.engine.simulation import run_scenario
 from agentsim.errors import InputError
 from agentsim.config.disaggregation import pool_scenario
 from agentsim.experiments.benchmark_clients import ClientProtocol, client_protocol, length_spec
+from agentsim.experiments.benchmark_recipes import recipe_serving
 from agentsim.experiments.benchmark_rows import RowSkipped, row_scenario
 from agentsim.hardware.timing.memory import engine_kv_capacity_tokens
 from agentsim.hardware.timing.select import build_timer, deployment_of
@@ -158,6 +160,11 @@ def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: b
     protocol = client_protocol(row) if str(row["mode"]).strip() == "agg" else None
     if protocol is not None and client_lengths:
         data = _with_client_lengths(data, protocol, isl, osl)
+    if protocol is not None:
+        # The scheduling flags the benchmark's recipe launched the server with.
+        serving = data["serving"]
+        recipe = recipe_serving(row, serving["max_num_seqs"], serving["parallelism"]["tp"])
+        data = {**data, "serving": {**serving, **recipe}}
     try:
         data = _with_engine_kv(data)
     except InputError as exc:
