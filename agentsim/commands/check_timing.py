@@ -87,6 +87,9 @@ def register(app: typer.Typer) -> None:
         mode: Optional[Mode] = typer.Option(None, "--mode", help="only the rows of this mode (before --sample)"),
         max_clients: Optional[int] = typer.Option(None, "--max-clients", min=1,
                                                   help="skip rows of more clients (their runs take minutes each)"),
+        client_lengths: bool = typer.Option(False, "--client-lengths",
+                                            help="draw each request's lengths as the row's benchmark client did "
+                                                 "(aggregated rows; docs/validation.md)"),
     ) -> None:
         """Emulate measured serving benchmarks and compare predicted with measured TTFT/TPOT."""
         from agentsim.experiments.benchmark_rows import read_rows
@@ -105,9 +108,9 @@ def register(app: typer.Typer) -> None:
                           console=err_console, transient=True) as progress:
                 task = progress.add_task("rows", total=len(frame))
                 results = check_rows(frame, overrides, on_row=lambda _: progress.advance(task),
-                                     max_clients=max_clients)
+                                     client_lengths=client_lengths, max_clients=max_clients)
         else:
-            results = check_rows(frame, overrides, max_clients=max_clients)
+            results = check_rows(frame, overrides, client_lengths=client_lengths, max_clients=max_clients)
         summary = summarize(results)
         if as_json:
             sys.stdout.write(json.dumps({"rows": [r.as_json() for r in results], "summary": summary}, indent=1) + "\n")

@@ -85,7 +85,8 @@ class DisaggregatedCluster:
                                        check_invariants=check_invariants, rank_chunk_tokens=serving.rank_chunk_tokens(),
                                        kv_rule=make_kv_admission(serving, block_tokens), preemption=serving.preemption,
                                        long_prefill_tokens=serving.long_prefill_token_threshold,
-                                       mixed_prefill=serving.mixes_prefill(), **extra))
+                                       mixed_prefill=serving.mixes_prefill(),
+                                       recv_interval_steps=serving.scheduler_recv_interval, **extra))
         return out
 
     @property

@@ -153,7 +153,8 @@ class Simulation:
                 on_finish=self._on_finish, check_invariants=scenario.run.check_invariants,
                 kv_rule=make_kv_admission(serving, self.block_tokens), preemption=serving.preemption,
                 long_prefill_tokens=serving.long_prefill_token_threshold,
-                mixed_prefill=serving.mixes_prefill(), rank_chunk_tokens=serving.rank_chunk_tokens(), **extra,
+                mixed_prefill=serving.mixes_prefill(), rank_chunk_tokens=serving.rank_chunk_tokens(),
+                recv_interval_steps=serving.scheduler_recv_interval, **extra,
             ))
         if self.hierarchy is not None and self.disaggregated is None:
             self.hierarchy.connect_peers(self.instances)
