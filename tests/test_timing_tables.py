@@ -96,3 +96,24 @@ def test_decode_jitter_is_smoothed_and_a_gross_drop_is_rejected():
     assert _implausible([1, 2, 4], jitter) is None
     gross = [[80e-3], [40e-3], [60e-3]]  # batch 1 twice as slow as batch 2
     assert "less than" in _implausible([1, 2, 4], gross)
+
+
+def test_a_deployment_the_databases_cannot_time_is_refused_from_the_cache_without_a_rebuild(cache, monkeypatch):
+    from agentsim.hardware.timing import tables as tables_module
+    unknown = Deployment(model="example/Not-In-The-Databases-8B", system="h200_sxm", backend="vllm", tp=1,
+                         max_num_tokens=2048, max_num_seqs=64, max_context_tokens=8192)
+    with pytest.raises(tables_module.TimingDataUnavailable) as first:
+        load_or_build(unknown)
+    assert len(list(cache.glob("*.unavailable"))) == 1
+
+    def no_rebuild(deployment):
+        raise AssertionError("a recorded refusal was built again")
+
+    monkeypatch.setattr(tables_module, "build_tables", no_rebuild)
+    with pytest.raises(tables_module.TimingDataUnavailable) as second:
+        load_or_build(unknown)
+    assert str(second.value) == str(first.value) and "Not-In-The-Databases-8B" in str(first.value)
+    # A refusal recorded by other build rules (another source digest) is not trusted.
+    monkeypatch.setattr(tables_module, "_RULES_DIGEST", "other-rules")
+    with pytest.raises(AssertionError, match="built again"):
+        load_or_build(unknown)
