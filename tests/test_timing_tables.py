@@ -117,3 +117,24 @@ def test_a_deployment_the_databases_cannot_time_is_refused_from_the_cache_withou
     monkeypatch.setattr(tables_module, "_RULES_DIGEST", "other-rules")
     with pytest.raises(AssertionError, match="built again"):
         load_or_build(unknown)
+
+
+def test_decode_stretches_remembered_per_batch_and_context_equal_fresh_computations(cache):
+    """The timers keep the last (n, K) -> (a, c) pair; interleaved queries that change and repeat
+    (n, K) must give exactly what the pair computed afresh gives."""
+    from agentsim.hardware.timing import linear_decode
+    from agentsim.hardware.timing.roofline import RooflineTimer
+    tabulated = TabulatedTimer(load_or_build(LLAMA_8B), kv_bytes_per_token=131072, chunk_tokens=2048)
+    roofline = RooflineTimer(active_params=8e9, total_params=8e9, bytes_per_param=1.0, attn_coeff=1e6,
+                             decode_attn_coeff=1e6, kv_bytes_per_token=131072, flops_per_s=1e15, bytes_per_s=4e12,
+                             chunk_tokens=8192, layers=32, hidden_size=4096)
+    queries = [(3, 2100.0), (3, 2100.0), (40, 64000.0), (3, 2100.0), (40, 64003.0), (40, 64003.0), (1, 0.0)]
+    for timer in (tabulated, roofline):
+        stretches = set()
+        for n, context in queries:
+            a, c = timer._decode_linear(n, context)
+            assert timer.decode_stretch_s(n, context, 7) == linear_decode.stretch_s(a, c, 7)
+            elapsed_s = linear_decode.stretch_s(a, c, 5) + 1e-9
+            assert timer.decode_steps_within(n, context, elapsed_s) == linear_decode.steps_within(a, c, elapsed_s) == 5
+            stretches.add(timer.decode_stretch_s(n, context, 7))
+        assert len(stretches) == 4  # the queries' distinct pairs time differently
