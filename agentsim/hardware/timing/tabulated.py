@@ -45,6 +45,7 @@ class TabulatedTimer:
 
     def __post_init__(self) -> None:
         self._non_attention, self._chunk, self._decode_attention, self._decode = self.tables.tables()
+        self._last = linear_decode.LastCoefficients()
 
     def iteration_s(self, chunks: Sequence[tuple[int, int]], n_decode: int, decode_context_tokens: float) -> float:
         dp = self.attention_dp
@@ -106,10 +107,10 @@ class TabulatedTimer:
 
     def decode_stretch_s(self, n_decode: int, context_tokens: float, steps: int) -> float:
         """Time of ``steps`` decode-only steps; the context grows by ``n_decode`` tokens a step."""
-        a, c = self._decode_linear(n_decode, context_tokens)
+        a, c = self._last.get(self._decode_linear, n_decode, context_tokens)
         return linear_decode.stretch_s(a, c, steps)
 
     def decode_steps_within(self, n_decode: int, context_tokens: float, elapsed_s: float) -> int:
         """Whole decode steps completed within ``elapsed_s`` (inverse of :meth:`decode_stretch_s`)."""
-        a, c = self._decode_linear(n_decode, context_tokens)
+        a, c = self._last.get(self._decode_linear, n_decode, context_tokens)
         return linear_decode.steps_within(a, c, elapsed_s)
