@@ -285,12 +285,13 @@ def summarize(results: list[RowResult]) -> dict:
 
 
 def check_rows(frame: pd.DataFrame, overrides: list[str] | None = None,
-               on_row: Callable[[RowResult], None] | None = None, client_lengths: bool = False) -> list[RowResult]:
+               on_row: Callable[[RowResult], None] | None = None, client_lengths: bool = False,
+               max_clients: int | None = None) -> list[RowResult]:
     """Emulate every row of ``frame`` in order (``on_row`` is called after each;
-    ``client_lengths`` as for :func:`emulate_row`)."""
+    ``client_lengths`` and ``max_clients`` as for :func:`emulate_row`)."""
     results = []
     for row in frame.to_dict("records"):
-        result = emulate_row(row, overrides, client_lengths)
+        result = emulate_row(row, overrides, client_lengths, max_clients)
         results.append(result)
         if on_row is not None:
             on_row(result)
