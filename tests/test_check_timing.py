@@ -184,3 +184,12 @@ def test_max_clients_skips_larger_rows_and_pools_are_reported():
     summary = summarize([skipped])
     assert summary["disaggregated_by_pools"]["row"]["rows"] == 1
     assert summary["disaggregated_by_pools"]["row"]["emulated"] == 0
+
+
+def test_max_clients_option_skips_without_running():
+    result = run_cli("check-timing", str(SAMPLE), "--mode", "disagg", "--max-clients", "1", "--json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["rows"]
+    reasons = [r["skipped"] for r in rows]
+    assert any(r and r.startswith("more than 1 clients (4; --max-clients)") for r in reasons)
+    assert all(r["predicted_ttft_ms"] is None for r in rows)
