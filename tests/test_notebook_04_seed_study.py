@@ -94,6 +94,7 @@ def check_seed_study(conclusions: dict, prose: str) -> None:
         else:
             assert claim not in prose
     exceeded_any = False
+    references = []
     # 2. Every policy family: best realisable, those above LRU, the headroom to belady.
     for (offset, capacity), cell in grid.groupby(["session_offset_s", "capacity_blocks"]):
         hits = cell.set_index("policy").hit_ratio
@@ -109,11 +110,27 @@ def check_seed_study(conclusions: dict, prose: str) -> None:
                 assert f"`{policy}` ({100 * (value - hits['lru']):+.2f} pp)" in line
         else:
             assert "nothing realisable beats LRU" in line
-        assert f"`belady` {hits['belady']:.2%} (headroom over the best {100 * (hits['belady'] - top):+.2f} pp)" in line
+        # The proven upper bound holds for every policy, and both references are stated as such.
+        bound, bound_blocks = cell.upper_bound_hit_ratio.iloc[0], int(cell.upper_bound_hit_blocks.iloc[0])
+        assert cell.upper_bound_hit_ratio.nunique() == 1 and (cell.hit_blocks <= bound_blocks).all()
+        assert f"upper bound {bound:.2%} (headroom over the best {100 * (bound - top):+.2f} pp)" in line
+        assert (f"offline heuristic `belady` {hits['belady']:.2%} ({100 * (hits['belady'] - top):+.2f} pp over "
+                "the best)") in line
+        belady_blocks = int(cell.set_index("policy").hit_blocks["belady"])
+        references.append((100 * (bound - hits["belady"]), f"{offset:g}", capacity, belady_blocks == bound_blocks))
         exceeding = sorted(p for p, v in hits.items() if p != "belady" and v > hits["belady"])
         assert ("above `belady`: " + ", ".join(f"`{p}`" for p in exceeding) in line) if exceeding else "above `belady`" not in line
         exceeded_any |= bool(exceeding)
     assert ("No policy's hit ratio exceeded `belady`'s in any cell of this grid." in prose) == (not exceeded_any)
+    assert "No policy's hits exceeded the upper bound in any cell, as its proof requires." in prose
+    reached = sum(at for *_rest, at in references)
+    assert f"`belady` reaches the upper bound in {reached} of the {len(references)} cells" in prose
+    below = [r for r in references if not r[3]]
+    if below:
+        widest = max(below, key=lambda r: (r[0], -float(r[1]), -r[2]))
+        assert f"elsewhere it is at most {widest[0]:.2f} pp below it (widest at {widest[1]} s, {widest[2]:,} blocks)" in prose
+    else:
+        assert "elsewhere it is at most" not in prose
     # 3. The 5-minute TTL: what it expired and cost, and where the lost hits were.
     for (offset, capacity), cell in grid.groupby(["session_offset_s", "capacity_blocks"]):
         by = cell.set_index("policy")

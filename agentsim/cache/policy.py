@@ -74,6 +74,12 @@ class EvictionPolicy:
     #: along a run (Belady: the blocks nearer the root are used again sooner), so that a
     #: victim is trimmed only while its tail still ranks as the victim.
     victim_tail_blocks = None
+    #: What may follow an agent's call (``tool``, ``human``, ``join``, ``""``: the kinds of
+    #: :mod:`agentsim.workload.traces.agents`) after which a sequential replay announces the
+    #: agent's next call with :meth:`on_tool_start` (gap = the time to that call). Pause
+    #: policies act on real pauses only (a tool runs or the human answers while the agent's KV
+    #: waits); an oracle of next calls takes every kind whose next-call time the replay knows.
+    announced_gap_kinds: ClassVar[tuple[str, ...]] = ("tool", "human")
 
     def __init__(self, params: BaseModel | None = None):
         self.params = params if params is not None else (self.Params() if self.Params else None)

@@ -13,8 +13,11 @@ Per request ``i`` at ``now_s`` (``times_s[i]``, or ``i`` on the logical clock), 
    of ``totals[i]`` (default: the prompt) truncated to the capacity (a request longer than the
    cache keeps its first ``capacity`` blocks; the deepest would go first anyway) -> commit;
 5. if the agent pauses after this request (``pauses[i] = (owner, kind, gap_s)`` with kind
-   ``tool`` or ``human``), ``on_tool_start(owner, deepest_node, gap_s, now_s, tool=kind)``
-   before the unpin, so a TTL-pin takes over the request's own pin (as the timed engine does);
+   ``tool`` or ``human``, or any kind in the policy's ``announced_gap_kinds``: the Belady
+   agent-oracle also hears of the next call after a sub-agent join or an unknown stop, and
+   of none, gap NaN, after an agent's last call), ``on_tool_start(owner, deepest_node, gap_s,
+   now_s, tool=kind)`` before the
+   unpin, so a TTL-pin takes over the request's own pin (as the timed engine does);
 6. unpin.
 
 An offline policy (``set_future``) is given the whole prompt sequence first. Requests are never
@@ -93,6 +96,7 @@ def replay_sequence(cache: RadixCache, prompts: Sequence[Sequence[int]], *,
     if pauses is not None and not has_tool_hooks(policy):
         pauses = None
     paused: dict[Any, bool] = {}
+    announced = getattr(policy, "announced_gap_kinds", PAUSE_KINDS)
     begin_request = getattr(policy, "begin_request", None)
     set_future = getattr(policy, "set_future", None)
     if set_future is not None:
@@ -114,7 +118,7 @@ def replay_sequence(cache: RadixCache, prompts: Sequence[Sequence[int]], *,
             if paused and paused.pop(pause[0], False):
                 policy.on_tool_end(pause[0], now_s)  # the agent's pause is over: it calls again
                 stats.tool_ends += 1
-            if pause[1] not in PAUSE_KINDS:
+            if pause[1] not in PAUSE_KINDS and pause[1] not in announced:
                 pause = None
         if begin_request is not None:
             begin_request(i)

@@ -18,7 +18,9 @@ policy's declared hooks into SimPy events for one simulation:
   tool returned, the human answered), ``policy.on_tool_end(owner, now_s)`` is called on the
   instance that saw the start: before any history rewrite of the agent and before its next call
   is submitted, so the next call's MATCH/PIN takes over from the TTL-pin. Sub-agent joins and a
-  session's last call do not pause the agent's KV (no event). Installed only when the HBM
+  session's last call do not pause the agent's KV (no event, except for a policy whose
+  ``announced_gap_kinds`` name them: the Belady agent-oracle then hears of the next call, or
+  that none is known, gap NaN, and drops the agent's stale "due now"). Installed only when the HBM
   policy overrides one of the two hooks (LRU runs keep their speed).
 * **Admission filters** (A1, ``cache.admission: {name, params}``): set on every HBM-only
   cache; ``admit_all`` is the unfiltered run.
@@ -132,9 +134,16 @@ class AgenticWiring:
 
     def _before_unpin(self, request, node) -> None:
         kind = request.next_gap_kind
-        if kind not in PAUSE_KINDS or request.agent_id < 0:
+        if request.agent_id < 0:
             return
         inst = self.instances[request.instance]
+        if kind not in PAUSE_KINDS:
+            # No pause (a join, an unknown stop, the agent's last call): only a policy that
+            # asks for it hears of the next call (gap NaN when it is not known in advance).
+            policy = inst.cache.policy
+            if kind in policy.announced_gap_kinds:
+                policy.on_tool_start(request.agent_id, node, request.next_gap_s, self.env.now, tool=kind)
+            return
         inst.cache.policy.on_tool_start(request.agent_id, node, request.next_gap_s, self.env.now, tool=kind)
         self.paused[request.agent_id] = inst
         self.tool_starts += 1

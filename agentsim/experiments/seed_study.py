@@ -7,7 +7,9 @@ by :func:`agentsim.replay.load.load_trace`, under the data README's arrival mode
 timestamps. Hit ratio = hit blocks / requested blocks (longest resident prefix), as everywhere
 in agentsim. :func:`run_study` computes four tables (:class:`StudyTables`):
 
-* ``grid``: every policy x capacity x session offset;
+* ``grid``: every policy x capacity x session offset, each row with its cell's **upper
+  bound** (``upper_bound_hit_ratio``: :func:`agentsim.cache.hit_bound.prefix_hit_upper_bound`,
+  proven to bound every policy, online or offline, under the same replay semantics);
 * ``lru_offsets``: LRU at each capacity over a denser range of offsets (the arrival model's
   effect on the published comparison);
 * ``subsets``: LRU at the documented offset on parts of the session set (four halves: even and
@@ -34,6 +36,7 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
+from agentsim.cache.hit_bound import prefix_hit_upper_bound
 from agentsim.errors import InputError
 from agentsim.replay.cache_only import replay_cache_only
 from agentsim.replay.load import load_trace
@@ -64,8 +67,8 @@ FAMILY = {
 }
 #: Families that no deployed cache can run: left out of "best realisable policy".
 UNREALISABLE_FAMILIES = ("oracle (agents' next calls)", "offline (whole future)")
-#: The offline reference the headroom is measured against. It is furthest-next-use (MIN) on
-#: prefix blocks: an offline heuristic, not a proven upper bound in prefix mode (issue #22 item 5).
+#: The offline heuristic reference: furthest-next-use (MIN) on prefix blocks. Not a proven
+#: upper bound in prefix mode (issue #22 item 5); the grid's ``upper_bound_hit_ratio`` is.
 HEADROOM_REFERENCE = "belady"
 
 
@@ -233,13 +236,16 @@ def run_study(trace_dir: str | Path, *, policies: Iterable[str], capacities_bloc
                 lru_rows.append(_row(requests, canonical, "lru", capacity, offset_s)[0])
                 continue
             hits = {}
+            bound = prefix_hit_upper_bound([r.block_keys for r in requests], capacity)
             for policy in policies:
                 row, per_request = _row(requests, canonical, policy, capacity, offset_s,
                                         record=policy in ("lru", TTL_POLICY))
+                row.update(upper_bound_hit_ratio=bound.hit_ratio, upper_bound_hit_blocks=bound.hit_blocks)
                 grid_rows.append(row)
                 if per_request is not None:
                     hits[policy] = per_request
-            lru_rows.append(next(r for r in grid_rows[::-1] if r["policy"] == "lru"))
+            lru_row = next(r for r in grid_rows[::-1] if r["policy"] == "lru")
+            lru_rows.append({k: v for k, v in lru_row.items() if not k.startswith("upper_bound")})
             ttl_rows += _ttl_rows(requests, classes, hits["lru"], hits[TTL_POLICY], capacity, offset_s)
     subset_rows = _subset_rows(trace_dir, documented, capacities_blocks, say)
     say("closed-loop timed replays")

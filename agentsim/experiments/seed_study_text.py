@@ -97,9 +97,17 @@ def conclusions(tables: StudyTables) -> dict[str, Any]:
                  "above_lru_pp": dict(sorted(above.items(), key=lambda kv: -kv[1]))}
         if HEADROOM_REFERENCE in by_policy:
             reference = float(by_policy[HEADROOM_REFERENCE])
-            entry.update(belady=reference, headroom_pp=100 * (reference - float(best.hit_ratio)),
+            entry.update(belady=reference, belady_hit_blocks=int(cell.set_index("policy").hit_blocks[HEADROOM_REFERENCE]),
+                         headroom_pp=100 * (reference - float(best.hit_ratio)),
                          exceeding_belady=sorted(p for p, v in by_policy.items()
                                                  if p != HEADROOM_REFERENCE and v > reference))
+        if "upper_bound_hit_ratio" in cell:
+            # The proven bound: hit blocks compared, so a policy at the bound is not "above" it by
+            # a rounding of the ratio.
+            bound_blocks = int(cell.upper_bound_hit_blocks.iloc[0])
+            entry.update(upper_bound=float(cell.upper_bound_hit_ratio.iloc[0]), upper_bound_hit_blocks=bound_blocks,
+                         bound_headroom_pp=100 * (float(cell.upper_bound_hit_ratio.iloc[0]) - float(best.hit_ratio)),
+                         exceeding_bound=sorted(cell.policy[cell.hit_blocks > bound_blocks]))
         out["policies"].setdefault(_key(offset), {})[str(capacity)] = entry
     ttl = tables.ttl_by_gap
     for (offset, capacity), cell in grid.groupby(["session_offset_s", "capacity_blocks"]):
@@ -165,26 +173,53 @@ def _published_lines(found: dict) -> list[str]:
     return lines
 
 
+def _reference_lines(policies: dict) -> list[str]:
+    """What the grid says about the two references: the proven bound and the heuristic."""
+    cells = [(o, int(k), c) for o, by in policies.items() for k, c in by.items()]
+    lines = []
+    over_bound = [f"{o} s / {k:,}: " + ", ".join(f"`{p}`" for p in c["exceeding_bound"])
+                  for o, k, c in cells if c.get("exceeding_bound")]
+    if any("upper_bound" in c for _o, _k, c in cells):
+        lines.append(f"Policies above the upper bound, which its proof excludes (a defect): {'; '.join(over_bound)}."
+                     if over_bound else "No policy's hits exceeded the upper bound in any cell, as its proof requires.")
+    exceeded = [f"{o} s / {k:,}" for o, k, c in cells if c.get("exceeding_belady")]
+    lines.append(f"A policy exceeded `{HEADROOM_REFERENCE}` in {len(exceeded)} of the cells ({', '.join(exceeded)})."
+                 if exceeded else f"No policy's hit ratio exceeded `{HEADROOM_REFERENCE}`'s in any cell of this grid.")
+    both = [(o, k, c) for o, k, c in cells if "upper_bound" in c and "belady" in c]
+    if both:
+        below = [(100 * (c["upper_bound"] - c["belady"]), o, k) for o, k, c in both
+                 if c["belady_hit_blocks"] < c["upper_bound_hit_blocks"]]
+        text = (f"`{HEADROOM_REFERENCE}` reaches the upper bound in {len(both) - len(below)} of the {len(both)} cells "
+                "(there it is optimal, and its headroom is the true one)")
+        if below:
+            widest, offset, capacity = max(below, key=lambda g: (g[0], -float(g[1]), -g[2]))
+            text += (f"; elsewhere it is at most {widest:.2f} pp below it (widest at {offset} s, {capacity:,} blocks), "
+                     "so the true headroom over the best realisable policy lies between the two")
+        lines.append(text + ".")
+    return lines
+
+
 def prose(found: dict) -> str:
     """The study's verdict in Markdown, every number taken from ``found`` (:func:`conclusions`)."""
     parts = [f"**LRU against the published figures** ({found['sessions']} sessions, {found['requests']:,} requests, "
              f"session k starting at k x {found['documented_offset_s']:g} s):", "", *_published_lines(found), ""]
-    parts += ["**Every policy family, by session spacing and capacity** (hit ratio of blocks; "
-              f"`{HEADROOM_REFERENCE}` is furthest-next-use, an offline heuristic, not a proven bound in prefix mode):", ""]
+    parts += ["**Every policy family, by session spacing and capacity** (hit ratio of blocks; the **upper bound** "
+              "is proven: no policy, online or offline, can hit more under the same replay; "
+              f"`{HEADROOM_REFERENCE}` is furthest-next-use, an **offline heuristic**, not a proven bound in prefix mode):", ""]
     for offset, by_capacity in found["policies"].items():
         for capacity, c in by_capacity.items():
             above = ", ".join(f"`{p}` ({d:+.2f} pp)" for p, d in c["above_lru_pp"].items())
             text = (f"* **{offset} s, {int(capacity):,} blocks**: LRU {c['lru']:.2%}; best realisable `{c['best']}` "
                     f"{c['best_hit_ratio']:.2%}; " + (f"above LRU: {above}" if above else "nothing realisable beats LRU"))
+            if "upper_bound" in c:
+                text += f"; upper bound {c['upper_bound']:.2%} (headroom over the best {c['bound_headroom_pp']:+.2f} pp)"
             if "belady" in c:
-                text += f"; `{HEADROOM_REFERENCE}` {c['belady']:.2%} (headroom over the best {c['headroom_pp']:+.2f} pp)"
+                text += (f"; offline heuristic `{HEADROOM_REFERENCE}` {c['belady']:.2%} "
+                         f"({c['headroom_pp']:+.2f} pp over the best)")
                 if c["exceeding_belady"]:
                     text += f"; above `{HEADROOM_REFERENCE}`: " + ", ".join(f"`{p}`" for p in c["exceeding_belady"])
             parts.append(text + ".")
-    exceeded = [f"{o} s / {int(k):,}" for o, by in found["policies"].items() for k, c in by.items()
-                if c.get("exceeding_belady")]
-    parts += ["", (f"A policy exceeded `{HEADROOM_REFERENCE}` in {len(exceeded)} of the cells ({', '.join(exceeded)})."
-                   if exceeded else f"No policy's hit ratio exceeded `{HEADROOM_REFERENCE}`'s in any cell of this grid.")]
+    parts += ["", *_reference_lines(found["policies"])]
     parts += ["", f"**The 5-minute TTL** (`{TTL_POLICY}` against LRU, same capacity and spacing):", ""]
     for offset, by_capacity in found["ttl"].items():
         for capacity, c in by_capacity.items():
@@ -244,6 +279,10 @@ def doc_tables(tables: StudyTables) -> str:
         pivot = pivot.map(_pct)
         pivot.insert(0, "family", [FAMILY.get(p, "unlisted") for p in pivot.index])
         pivot = pivot.sort_values(["family"], kind="stable")
+        if "upper_bound_hit_ratio" in cell:
+            bound = cell.groupby("capacity_blocks").upper_bound_hit_ratio.first()
+            pivot.loc["upper bound"] = ["proven bound (no policy above it)",
+                                        *(_pct(bound[c]) for c in sorted(cell.capacity_blocks.unique()))]
         out += [f"### Every policy, sessions {offset:g} s apart (hit ratio of blocks)", "", _table(pivot), ""]
     ttl_rows = [{"spacing (s)": o, "capacity (blocks)": f"{int(k):,}", "expired blocks": f"{c['expired_blocks']:,}",
                  "hit ratio lost (pp)": f"{c['lost_pp']:.2f}", "hit blocks lost": f"{c['net_lost_hit_blocks']:,}",

@@ -52,8 +52,8 @@ def build_index(requests: Sequence[Sequence[int]]) -> NextUseIndex:
 
 
 def index_by_sorting(requests: Sequence[Sequence[int]], total: int | None = None) -> NextUseIndex | None:
-    """One slot per key, from a stable numpy argsort of all uses; None if a key does not fit
-    in int64."""
+    """One slot per key, from a numpy sort of all (key, request) uses; None if a key does not
+    fit in int64."""
     lengths = np.fromiter(map(len, requests), dtype=np.int64, count=len(requests))
     if requests and all(type(keys) is array and keys.typecode == "q" for keys in requests):
         # Trace requests' compact int64 key arrays: their buffers joined in C (no Python int
@@ -66,8 +66,18 @@ def index_by_sorting(requests: Sequence[Sequence[int]], total: int | None = None
         except OverflowError:
             return None
     index = np.repeat(np.arange(len(requests), dtype=np.int64), lengths)
-    order = np.argsort(keys, kind="stable")  # stable: request order kept within a key
-    keys, index = keys[order], index[order]
+    n_requests = max(1, len(requests))
+    if len(keys) and keys.min() >= 0 and int(keys.max()) < np.iinfo(np.int64).max // n_requests - 1:
+        # Keys and request indices packed into one int64 (key * n_requests + request) and
+        # sorted by value: the same (key, request) order as the stable argsort below, in about
+        # half its time (a value sort moves no index array; trace keys are small ints).
+        packed = keys * n_requests + index
+        packed.sort()
+        keys = packed // n_requests
+        index = packed - keys * n_requests
+    else:
+        order = np.argsort(keys, kind="stable")  # stable: request order kept within a key
+        keys, index = keys[order], index[order]
     if len(keys):
         new_key = np.r_[True, keys[1:] != keys[:-1]]
         keep = new_key.copy()

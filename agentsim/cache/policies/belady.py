@@ -21,6 +21,7 @@ use infinity and the policy degrades to "deepest, newest first" (documented, not
 from __future__ import annotations
 
 import bisect
+import heapq
 from typing import Sequence
 
 from agentsim.cache.registries import EVICTION_POLICIES
@@ -28,6 +29,10 @@ from agentsim.cache.policies._next_use import build_index
 from agentsim.cache.policy import KeyedLeafPolicy
 
 NEVER = float("inf")
+#: The heap key's first element for "never used again": an int below every ``-position``, not
+#: ``-NEVER``: the same order, and the heap's comparisons stay int against int (a float
+#: against an int costs CPython a mixed-type comparison on every sift).
+_NEVER_KEY = -(1 << 62)
 
 
 @EVICTION_POLICIES.register("belady")
@@ -82,11 +87,34 @@ class Belady(KeyedLeafPolicy):
             return 1
         keys = node.keys
         n = len(keys)
-        next_use = self.next_use
-        last = next_use(keys[-1])
         lo = n - want
-        if next_use(keys[lo]) == last:
+        # next_use inlined for the two probes every call makes (it runs once per eviction step):
+        # two blocks of one slot (prefix-run index) share their uses; otherwise compare the
+        # first use after the current request of each.
+        slot_of = self._slot
+        if slot_of is None:
+            size = len(self._bounds) - 1
+            first, deepest = keys[lo], keys[-1]
+            first_slot = first if 0 <= first < size else None
+            last_slot = deepest if 0 <= deepest < size else None
+        else:
+            first_slot, last_slot = slot_of.get(keys[lo]), slot_of.get(keys[-1])
+        if first_slot == last_slot:
             return want
+        if first_slot is not None and last_slot is not None:
+            bounds, positions, position = self._bounds, self._positions, self.position
+            hi = bounds[first_slot + 1]
+            i = bisect.bisect_right(positions, position, bounds[first_slot], hi)
+            first_use = positions[i] if i < hi else NEVER
+            hi = bounds[last_slot + 1]
+            i = bisect.bisect_right(positions, position, bounds[last_slot], hi)
+            last = positions[i] if i < hi else NEVER
+        else:
+            next_use = self.next_use
+            first_use, last = next_use(keys[lo]), next_use(keys[-1])
+        if first_use == last:
+            return want
+        next_use = self.next_use
         hi = n - 1  # keys[lo] is used sooner than the tail, keys[hi] (the deepest) is not
         while lo + 1 < hi:
             mid = (lo + hi) // 2
@@ -106,9 +134,55 @@ class Belady(KeyedLeafPolicy):
         else:
             slot = slot_of.get(key)
         if slot is None:
-            return (-NEVER, -(node.start_block + len(node.keys)), -node.node_id)
+            return (_NEVER_KEY, -(node.start_block + len(node.keys)), -node.node_id)
         bounds = self._bounds
         hi = bounds[slot + 1]
         positions = self._positions
         i = bisect.bisect_right(positions, self.position, bounds[slot], hi)
-        return (-positions[i] if i < hi else -NEVER, -(node.start_block + len(node.keys)), -node.node_id)
+        return (-positions[i] if i < hi else _NEVER_KEY, -(node.start_block + len(node.keys)), -node.node_id)
+
+    # --- the push path, specialised -------------------------------------------------------------
+    # KeyedLeafPolicy's notifications go on_candidate -> _push_if_evictable -> key: three Python
+    # frames per push, and a replay pushes once per request and per eviction step. Here one
+    # frame does the leaf test, the key (as ``key`` above) and the push, with the same items in
+    # the same order, so the victims are exactly KeyedLeafPolicy's.
+    def _push_if_evictable(self, node, now_s=None, hit=False) -> None:
+        if self._plain_leaf_rule:
+            if not (node.alive and not node.lock_ref and not node.children and node.parent is not None):
+                return
+        elif not self.cache.is_evictable(node):
+            return
+        keys = node.keys
+        key = keys[-1]
+        slot_of = self._slot
+        bounds = self._bounds
+        if slot_of is None:
+            slot = key if 0 <= key < len(bounds) - 1 else None
+        else:
+            slot = slot_of.get(key)
+        if slot is None:
+            use = _NEVER_KEY
+        else:
+            hi = bounds[slot + 1]
+            positions = self._positions
+            i = bisect.bisect_right(positions, self.position, bounds[slot], hi)
+            use = -positions[i] if i < hi else _NEVER_KEY
+        node.heap_version = version = node.heap_version + 1
+        heap = self._heap
+        node_id = node.node_id
+        heapq.heappush(heap, (use, -(node.start_block + len(keys)), -node_id, node_id, version, node))
+        if len(heap) > self._compact_at:
+            self._compact_heap()
+
+    on_insert = on_access = on_candidate = _push_if_evictable
+
+    def on_split(self, upper, lower):
+        self._push_if_evictable(upper)
+        self._push_if_evictable(lower)
+
+    def bind(self, cache) -> None:
+        super().bind(cache)
+        # The overrides above notify only evictable nodes, as KeyedLeafPolicy's, so its path
+        # shortcuts hold (it turns them off for any subclass that overrides these hooks).
+        self.access_evictable_only = True
+        self.access_leaf_only = self._plain_leaf_rule

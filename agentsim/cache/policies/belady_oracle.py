@@ -10,7 +10,7 @@ policy uses what the engine knows exactly instead: every paused agent's next cal
   (``request.next_gap_s``), so the time is exact, not a prediction. A returned agent
   (``on_tool_end(owner, now_s)``) has a queued request: its next use is its arrival time
   ``now_s`` (due now) until that request's MATCH touches the agent's node (the request then
-  holds the path by its own pin) or the agent pauses again.
+  holds the path by its own pin) or the call ends (``on_tool_start`` again, whatever follows).
 * Evictable nodes are leaves, and an agent's path passes through a leaf only if the leaf is
   the agent's deepest cached node, which is exactly the owner tracking of
   :class:`~agentsim.cache.policies.kvflow.KVFlow` (this class reuses it: owners move to the
@@ -21,6 +21,20 @@ policy uses what the engine knows exactly instead: every paused agent's next cal
   [sim-choice] LRU before "deepest": with no agent information at all (cache-only replays,
   runs without tool events, ``use_workflow: false``) the order is then exactly LRU, and a
   run does not switch the order of its unknown nodes whenever some agent pauses.
+* **Every call announces the next one** (``announced_gap_kinds``), not only pauses: after a
+  sub-agent join or a call with an unknown stop (WEKA's empty ``stop``) the replay gives the
+  agent's next call time when it knows it (cache-only replay: always; timed runs: open-loop),
+  and after an agent's last call "none known" (gap NaN), which ends its "due now".
+  [sim-choice, issue #22] Told of tool and human pauses only, the oracle kept a returned agent
+  "due now" for ever when its call did not touch the agent's node (547 of the sessions' 7,950
+  follow-up calls do not re-send the previous prompt whole: its last block or an earlier part
+  changed, so the match splits the agent's node and leaves the tail, with the agent on it,
+  beside the path) and no pause followed: the stale entry ranked as the most
+  urgent and, by the leaf rule, kept the agent's whole old context; and it ranked an agent's
+  context after an unknown stop as "never used again", ahead of agents returning hours
+  later. On the 119 Claude Code sessions 300 s apart at 20,000 blocks that gave 79.64%
+  against LRU's 90.60%; ending stale entries alone gives 92.25%, with the next calls after
+  unknown stops 93.37% (``belady``: 93.56%).
 
 This is **not guaranteed optimal**: evictions change hits, hits change service times, and
 service times change when agents call again (feedback); future sessions and new agents are
@@ -57,6 +71,9 @@ class BeladyOracle(KVFlow):
     #: A partly evicted leaf keeps its identity (node id, owners): the key is re-read from the
     #: shortened run, as LRU does, so the no-information order is exactly LRU's.
     trim_in_place = True
+    #: Told of an agent's next call after any kind of gap whose length the replay knows (see
+    #: the module docstring: an unknown stop is not "never again").
+    announced_gap_kinds = ("tool", "human", "join", "")
 
     def __init__(self, params=None):
         super().__init__(params)
