@@ -2,6 +2,7 @@
 negative keys), through growth, removals and moving the dense span up."""
 
 import random
+from array import array
 
 import pytest
 
@@ -34,6 +35,14 @@ def test_matches_a_dict_under_random_operations(seed):
         probes.add(key)
         if rng.random() < 0.2:
             assert m.pop(key) == model.pop(key, 0)
+        elif rng.random() < 0.05:   # many at once: a range, a repeat, far keys; as a list or an array
+            keys = list(range(key, key + rng.randrange(1, 300))) + [key] + rng.sample(sorted(model), min(3, len(model)))
+            keys = array("q", keys) if rng.random() < 0.5 else keys
+            expected = sorted({k for k in keys if k in model})
+            assert sorted(m.pop_many(keys)) == expected
+            for k in expected:
+                del model[k]
+            probes.update(keys)
         else:
             value = rng.randrange(1, 2**32)
             m.set(key, value)

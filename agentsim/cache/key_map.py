@@ -120,6 +120,36 @@ class DenseKeyMap:
             self.count -= 1
         return value
 
+    def pop_many(self, keys) -> list[int]:
+        """Unset every key of ``keys`` (an ``array('q')`` or a sequence of ints); returns the
+        keys that were set, each once, in no particular order. One vectorised pass over the
+        dense span (an ended agent forgets thousands of keys at once), a dict pop per far key."""
+        if not len(keys):
+            return []
+        if isinstance(keys, array) and keys.typecode == "q":
+            wanted = np.frombuffer(keys, dtype=np.int64)
+        else:
+            wanted = np.asarray(keys, dtype=np.int64)
+        values = self.values
+        offsets = wanted - self.base
+        inside = (offsets >= 0) & (offsets < len(values))
+        out: list[int] = []
+        if len(values):
+            view = np.frombuffer(values, dtype=np.dtype(values.typecode))
+            slots = np.unique(offsets[inside])      # a key given twice is unset once
+            slots = slots[view[slots] != 0]
+            view[slots] = 0
+            del view                            # the array cannot grow while exported
+            self.count -= len(slots)
+            out = (slots + self.base).tolist()
+        if self.far:
+            far = self.far
+            for key in wanted[~inside].tolist():
+                if far.pop(key, 0):
+                    self.count -= 1
+                    out.append(key)
+        return out
+
     def drop_below(self, oldest: int, keep) -> None:
         """Unset every key below ``oldest`` that is not in ``keep`` (a set), and move the dense
         span's start up to ``oldest`` (the kept keys below it move to the dict)."""

@@ -150,16 +150,13 @@ class RecomputeClassifier:
             return
         layers = self._layers
         for layer in layers[:DENSE_LAYERS - 1]:
-            pop = layer.pop
-            for key in keys:
-                pop(key)
+            layer.pop_many(keys)
         if len(layers) < DENSE_LAYERS:
             return
         # A key reaches an instance's spill dict only once every dense layer holds it (and is
         # removed from all of them at once), so only the last layer's keys can be in one: the
         # instances' dicts are not scanned for every key (that cost grew with the instances).
-        pop = layers[-1].pop
-        spilled = [key for key in keys if pop(key)]
+        spilled = layers[-1].pop_many(keys)
         if spilled:
             for spill in self._spill.values():
                 for key in spilled:
