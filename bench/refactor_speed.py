@@ -11,7 +11,10 @@ The figure is CPU seconds (user + system of the child) per simulated request, be
 (``simulated_requests_per_wall_s``) is in the note. Target per step: no slower, with 10% for
 the noise of a shared machine. A last, informational row compares this checkout with the code
 from before the refactor: features that landed since (engine-style KV admission as the default,
-KV events for the routers, ...) change what is simulated, so it has no target.
+KV events for the routers, ...) change what is simulated, so it has no target; nor has the row
+per scenario that compares this checkout with the same scenario on the roofline step timer
+(``serving.timing=roofline``), which says how much of that is the measured step model (the rack
+hour's whole-run figure with a target is in ``bench_rack.py``).
 
 Skipped with a note when git or a commit is not available (an sdist, a shallow clone).
 
@@ -49,6 +52,8 @@ SCENARIOS = {
     "tiers": ("scenarios/gb300-nvl72-tiers.yaml", ["duration_s=2m"]),
 }
 TOLERANCE = 1.10
+#: ``--set`` of the roofline side of the timing row.
+ROOFLINE = ("serving.timing=roofline",)
 
 
 def extract(commit: str, into: Path) -> Path | None:
@@ -82,13 +87,16 @@ def timed_run(src: Path, scenario: str, overrides: list[str], out: Path) -> tupl
     return cpu, json.loads((out / "summary.json").read_text())
 
 
-def compare(before: Path, after: Path, scenario: str, repeat: int, tmp: Path) -> tuple[float, dict, float, dict]:
-    """(CPU s per request, summary) after, then before: best of ``repeat``, alternating."""
+def compare(before: Path, after: Path, scenario: str, repeat: int, tmp: Path,
+            before_overrides: tuple[str, ...] = ()) -> tuple[float, dict, float, dict]:
+    """(CPU s per request, summary) after, then before: best of ``repeat``, alternating;
+    ``before_overrides`` are further ``--set`` items of the before side."""
     path, overrides = SCENARIOS[scenario]
     best = {"after": (float("inf"), {}), "before": (float("inf"), {})}
+    sides = (("before", before, [*overrides, *before_overrides]), ("after", after, overrides))
     for _ in range(max(1, repeat)):
-        for side, src in (("before", before), ("after", after)):
-            cpu, summary = timed_run(src, path, overrides, tmp / f"run-{side}")
+        for side, src, side_overrides in sides:
+            cpu, summary = timed_run(src, path, side_overrides, tmp / f"run-{side}")
             per_request = cpu / max(1, summary["requests"])
             if per_request < best[side][0]:
                 best[side] = (per_request, summary)
@@ -119,7 +127,21 @@ def rows(repeat: int = 3, only: list[str] | None = None) -> list[Row]:
             target = None if label.startswith("this checkout vs") else ("<=", TOLERANCE)
             for scenario in scenarios:
                 out.append(_row(label, scenario, compare(before, after, scenario, repeat, tmp_path), repeat, target))
+        for scenario in scenarios:
+            out.append(_timing_row(scenario, compare(ROOT, ROOT, scenario, repeat, tmp_path, ROOFLINE), repeat))
     return out
+
+
+def _timing_row(scenario: str, measured, repeat: int) -> Row:
+    """This checkout with its scenario's timing (``auto``: measured where the databases cover
+    it) against the same scenario with ``serving.timing=roofline``: what the step model itself
+    costs per request (longer measured steps finish fewer requests in the same span)."""
+    after_s, after, before_s, before = measured
+    return Row(f"this checkout, {after.get('timing_source')} vs roofline timing [{scenario}]: sim CPU per request",
+               f"{after_s * 1e3:.3f} ms", f"{before_s * 1e3:.3f} ms", after_s / before_s, None,
+               f"best of {max(1, repeat)}; {after['requests']:,} vs {before['requests']:,} requests; event loop "
+               f"{after['wall_s'] / after['requests'] * 1e3:.3f} vs {before['wall_s'] / before['requests'] * 1e3:.3f} "
+               f"ms wall per request")
 
 
 def main() -> None:

@@ -77,6 +77,11 @@ _scenario_case("scenario-distribution-nan-bound", "calls_per_session: {dist: log
                "calls_per_session: {dist: lognormal, median: 6, sigma: 0.5, min: .nan,",
                ["calls_per_session", "finite number"])
 # --- values that cannot be negative (used to be clipped silently) --------------------------------
+_scenario_case("scenario-negative-drain-limit", "duration_s: 2m", "limits: {max_drain_s: -1s}\nduration_s: 2m",
+               ["limits.max_drain_s", "greater than or equal to 0"])
+_scenario_case("scenario-negative-tier-price", "dram: {capacity_bytes: 20GB, eviction: lru, write_policy: write_back}",
+               "dram: {capacity_bytes: 20GB, eviction: lru, write_policy: write_back, usd_per_gb_month: -0.5}",
+               ["cache.tiers.dram.usd_per_gb_month", "greater than or equal to 0"])
 _scenario_case("scenario-negative-gap", "human_gap_s: {dist: exponential, mean: 30}", "human_gap_s: -5",
                ["human_gap_s", "must be >= 0", "-5"])
 _scenario_case("scenario-negative-tokens", "output_tokens: {dist: lognormal, median: 150, sigma: 0.7, min: 1, round: true}",

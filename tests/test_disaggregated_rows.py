@@ -83,3 +83,105 @@ def test_prefill_attention_dp_ranks_are_counted_once():
     disaggregated_row_scenario({**ROW, "prefill_batch_size": 2.0}, recording)
     assert seen["batch_size"] * seen["attention_dp_size"] == 8
 
+
+
+# Rows without worker counts, as measured_runs.csv spells them (InferenceX exports).
+RECIPE_ROW = {"id": "2026_03_25_deepseek_r1_b200_sxm_trtllm_fp4_disagg_1024x1024_c90_tp4_0_ep4_0_1150",
+              "silicon_data_source": "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=90; "
+                                     "measured=2026-01-29T15:52:16Z; wip=False",
+              "backend": "trtllm", "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "precision": "fp4",
+              "mode": "disagg", "isl": 1024, "osl": 1024, "batch_size": float("nan"), "tp_size": float("nan"),
+              "prefill_batch_size": float("nan"), "prefill_num_workers": float("nan"), "prefill_tp_size": 4.0,
+              "prefill_pp_size": 1.0, "prefill_attention_dp_size": 1.0, "prefill_moe_tp_size": 1.0,
+              "prefill_moe_ep_size": 4.0, "decode_batch_size": float("nan"), "decode_num_workers": float("nan"),
+              "decode_tp_size": 8.0, "decode_pp_size": 1.0, "decode_attention_dp_size": 1.0,
+              "decode_moe_tp_size": 2.0, "decode_moe_ep_size": 4.0}
+
+
+def test_rows_without_worker_counts_take_the_recipe_they_ran():
+    """InferenceX's recipe for this run: 1 prefill worker of DEP4 (attention DP 4, experts over
+    4), 5 decode workers of TEP8 with TensorRT-LLM's max_batch_size 32; the export's decode
+    ``moe_ep_size`` 4 (the prefill pool's) is not used."""
+    from agentsim.experiments.disagg_recipes import recipe_pools
+
+    prefill, decode, info = recipe_pools(RECIPE_ROW, 90)
+    assert prefill == {"workers": 1, "gpus_per_worker": 4,
+                       "parallelism": {"tp": 1, "pp": 1, "attention_dp": 4, "moe_tp": 1, "moe_ep": 4}}
+    assert decode == {"workers": 5, "gpus_per_worker": 8, "max_num_seqs": 32,
+                      "parallelism": {"tp": 8, "pp": 1, "attention_dp": 1, "moe_tp": 1, "moe_ep": 8}}
+    assert info["recipe"].endswith("ctx1_gen5_tep8_batch32_eplb0_mtp0.yaml") and info["ambiguous"]
+    scenario = scenario_from_dict(disaggregated_row_scenario(RECIPE_ROW, aggregated))
+    pools = scenario.serving.disaggregation
+    assert (pools.prefill.workers, pools.decode.workers, pools.decode.max_num_seqs) == (1, 5, 32)
+    assert scenario.workload.agent_classes["client"].arrival.concurrent == 90
+
+
+def test_a_recipe_without_a_batch_spreads_the_clients_over_the_decode_workers():
+    """SGLang's recipe (low latency on GB300: 1 prefill and 4 decode workers of TP4) names no
+    batch: 16 clients over 4 decode workers hold 4 slots each."""
+    from agentsim.experiments.disagg_recipes import recipe_pools
+
+    row = {**RECIPE_ROW, "backend": "sglang", "system": "gb300", "precision": "fp8", "prefill_moe_ep_size": 1.0,
+           "decode_tp_size": 4.0, "silicon_data_source": "source_file=2026-03-25.csv; model=DeepSeek-R1; "
+                                                          "silicon_concurrency=16; measured=2026-02-09T15:50:05Z"}
+    prefill, decode, info = recipe_pools(row, 16)
+    assert (prefill["workers"], prefill["parallelism"]["tp"]) == (1, 4)
+    assert (decode["workers"], decode["parallelism"]["tp"], decode["max_num_seqs"]) == (4, 4, 4)
+    assert info["decode_batch_from"] == "clients / decode workers" and not info["ambiguous"]
+
+
+def test_rows_no_recipe_emulates_are_skipped_with_the_reason():
+    # The same deployment at 24 clients of 8192/1024 tokens on GB300 ran with MTP only.
+    mtp = {**RECIPE_ROW, "system": "gb300", "isl": 8192, "prefill_tp_size": 2.0, "prefill_moe_ep_size": 2.0,
+           "silicon_data_source": "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=24; "
+                                  "measured=2026-02-03T00:00:00.000Z"}
+    with pytest.raises(DisaggRowError, match="prefill_num_workers is empty and the matching InferenceX recipe runs MTP"):
+        disaggregated_row_scenario(mtp, aggregated)
+    # Both pools "tp 52" with no expert split: a deployment's size, not a worker's.
+    whole = {**RECIPE_ROW, "system": "gb200", "isl": 8192, "prefill_tp_size": 52.0, "prefill_moe_ep_size": 1.0,
+             "decode_tp_size": 52.0, "silicon_data_source": "source_file=2026-04-06.csv; model=DeepSeek-R1; "
+                                                            "silicon_concurrency=128; measured=2025-12-05"}
+    with pytest.raises(DisaggRowError, match="give the deployment's GPUs"):
+        disaggregated_row_scenario(whole, aggregated)
+    with pytest.raises(DisaggRowError, match="no InferenceX recipe .* 91 clients"):
+        disaggregated_row_scenario({**RECIPE_ROW, "silicon_data_source": RECIPE_ROW["silicon_data_source"].replace(
+            "=90", "=91")}, aggregated)
+
+
+def test_inferencex_rows_are_measured_as_its_benchmark_runs():
+    """sa-bench: lengths uniform over [0.8 x len, len], all 10 x clients prompts measured from
+    the first burst; the database dump's rows keep check-timing's default (one warm-up round)."""
+    from agentsim.experiments.disaggregated_rows import measured_rounds
+
+    assert measured_rounds(RECIPE_ROW) == (0, 10)
+    assert measured_rounds(ROW) is None
+    client = disaggregated_row_scenario(RECIPE_ROW, aggregated)["workload"]["agent_classes"]["client"]
+    assert client["initial_context_tokens"] == {"dist": "uniform", "low": 819, "high": 1024}
+    assert client["output_tokens"] == {"dist": "uniform", "low": 819, "high": 1024}
+    given = disaggregated_row_scenario(ROW, aggregated)["workload"]["agent_classes"]["client"]
+    assert given["initial_context_tokens"] == 8192
+
+
+def test_an_inferencex_row_measures_its_ten_rounds_with_their_lengths():
+    from agentsim.experiments.timing_check import emulate_row
+
+    # The b200 recipe at 6 clients: 1 prefill worker of DEP4, 5 decode workers of TEP8.
+    row = {**RECIPE_ROW, "silicon_data_source": RECIPE_ROW["silicon_data_source"].replace("=90", "=6"),
+           "silicon_ttft_ms": 200.0, "silicon_tpot_ms": 10.0}
+    result = emulate_row(row)
+    assert result.skipped is None and result.pools in ("recipe", "recipe, ambiguous")
+    assert result.measured_requests == 60          # 10 x 6 prompts, the first burst included
+    assert result.predicted_ttft_ms > 0 and result.predicted_tpot_ms > 0
+    dump = emulate_row({**ROW, "silicon_ttft_ms": 500.0, "silicon_tpot_ms": 8.0})
+    assert dump.pools == "row" and dump.measured_requests >= 2 * 36
+
+
+def test_entries_without_a_parallelism_are_not_deployments():
+    """InferenceX's December SGLang entries on GB200 write tp 1, ep 1 with attention DP for
+    both pools; a row matching only those is skipped, not emulated on 1-GPU workers."""
+    row = {**RECIPE_ROW, "backend": "sglang", "system": "gb200", "prefill_tp_size": 1.0, "prefill_moe_ep_size": 1.0,
+           "decode_tp_size": 1.0, "silicon_data_source": "source_file=2026-04-06.csv; model=DeepSeek-R1; "
+                                                          "silicon_concurrency=4; measured=2025-12-21T00:00:00.000Z",
+           "precision": "fp8"}
+    with pytest.raises(DisaggRowError, match="give no parallelism"):
+        disaggregated_row_scenario(row, aggregated)

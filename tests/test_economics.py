@@ -74,3 +74,27 @@ def test_every_run_summary_has_economics(small_scenario_yaml):
     output_cost = summary["cost_per_million_output_tokens_usd"] * output_tokens / 1e6
     assert input_cost + output_cost == pytest.approx(summary["gpu_cost_usd"])
     assert summary["provider_bill_usd"] < summary["provider_bill_no_cache_usd"]  # the cache hits save money
+
+
+def test_built_in_tier_kinds_are_priced_from_the_hardware_profile(small_scenario_yaml):
+    """DRAM, disk and remote capacity cost their kind's price (the hardware profile's fields,
+    cited in docs/experiments.md); HBM comes with the GPUs; a kind nobody registered has no
+    price and is listed as charged at zero."""
+    from agentsim.engine.economics import memory_cost
+    from agentsim.hardware.tier_kinds import tier_price_usd_per_gb_month
+
+    hw = load_scenario(small_scenario_yaml).hardware
+    assert tier_price_usd_per_gb_month("dram", hw) == hw.dram_usd_per_gb_month == 0.53
+    assert tier_price_usd_per_gb_month("disk", hw) == hw.nvme_usd_per_gb_month == 0.0092
+    assert tier_price_usd_per_gb_month("remote", hw) == hw.remote_usd_per_gb_month == 0.023
+    assert tier_price_usd_per_gb_month("hbm", hw) == 0.0
+    assert tier_price_usd_per_gb_month("no_such_kind", hw) is None
+    scenario = load_scenario(small_scenario_yaml)
+    tiers = [{"name": "hbm", "capacity_bytes": 100e9}, {"name": "dram", "capacity_bytes": 730e9},
+             {"name": "disk", "capacity_bytes": 7300e9}, {"name": "no_such_kind", "capacity_bytes": 1e12}]
+    out = memory_cost(scenario, tiers, simulated_s=7200.0)
+    instances = scenario.hardware.instances
+    assert out["memory_usd_per_hour"] == pytest.approx(instances * (0.53 + 10 * 0.0092))
+    assert out["memory_cost_by_tier_usd"] == pytest.approx({"dram": 2 * instances * 0.53, "disk": 2 * instances * 0.092,
+                                                            "no_such_kind": 0.0})
+    assert out["memory_unpriced_tiers"] == ["no_such_kind"]

@@ -3,9 +3,13 @@ done from a test: one registration each, no edits to agentsim's own files."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from agentsim.engine.economics import memory_cost
 from agentsim.engine.loading import load_scenario
+from agentsim.engine.run_warnings import scenario_warnings
 from agentsim.engine.simulation import run_scenario
 from agentsim.hardware import tier_kinds
 from agentsim.hardware.tier_kinds import LinkSpec, TierKind
@@ -41,11 +45,45 @@ def test_a_tier_kind_registered_from_outside_serves_hits(cxl_kind):
     path = ROOT / "scenarios" / "gb300-nvl72-tiers.yaml"
     overrides = SMALL + ["cache.tiers.dram.enabled=false",
                          "cache.tiers.cxl={capacity_bytes: 200GB, bandwidth_bytes_per_s: 64GB/s, latency_s: 2us}"]
-    summary = run_scenario(load_scenario(path, overrides)).summary
+    scenario = load_scenario(path, overrides)
+    summary = run_scenario(scenario).summary
     assert summary["hit_ratio_by_tier"]["cxl"] > 0
     assert summary["link_kinds"]["cxl"]["bytes"] > 0
     without = run_scenario(load_scenario(path, SMALL + ["cache.tiers.dram.enabled=false"])).summary
     assert summary["hit_ratio"] > without["hit_ratio"]
+    # The kind was registered without a price: its capacity is charged at zero, and that is said.
+    assert summary["memory_unpriced_tiers"] == ["cxl"] and without["memory_unpriced_tiers"] == []
+    assert summary["memory_cost_by_tier_usd"]["cxl"] == 0.0
+    assert summary["memory_cost_usd"] == 0.0    # HBM + CXL only: nothing else below HBM to pay for
+    warned = [note for note in scenario_warnings(scenario) if "price" in note]
+    assert len(warned) == 1 and "cxl" in warned[0] and "cache.tiers.cxl.usd_per_gb_month" in warned[0]
+    assert not [note for note in scenario_warnings(load_scenario(path, SMALL)) if "price" in note]
+
+
+CXL_200GB = "cache.tiers.cxl={capacity_bytes: 200GB, bandwidth_bytes_per_s: 64GB/s, latency_s: 2us}"
+
+
+def _cxl_cost_per_hour(overrides):
+    """Memory price per hour of the tiers gb300-nvl72-tiers has with ``overrides`` (no run needed)."""
+    scenario = load_scenario(ROOT / "scenarios" / "gb300-nvl72-tiers.yaml", SMALL + overrides)
+    tiers = [{"name": "cxl", "capacity_bytes": 200e9}]
+    return memory_cost(scenario, tiers, simulated_s=3600.0), scenario
+
+
+def test_a_tier_kind_carries_its_price_and_a_tier_may_override_it(cxl_kind):
+    """The price per GB-month is the kind's (here read from a hardware field, as DRAM's is);
+    ``cache.tiers.<name>.usd_per_gb_month`` overrides it for one scenario."""
+    priced = dataclasses.replace(cxl_kind, usd_per_gb_month=lambda hw, cfg: hw.dram_usd_per_gb_month / 2)
+    tier_kinds.unregister_tier_kind("cxl")
+    tier_kinds.register_tier_kind(priced)
+    cost, scenario = _cxl_cost_per_hour([CXL_200GB])
+    expected_per_hour = 200 * scenario.hardware.dram_usd_per_gb_month / 2 / 730.0
+    assert cost["memory_usd_per_hour"] == pytest.approx(expected_per_hour)
+    assert cost["memory_cost_by_tier_usd"]["cxl"] == pytest.approx(expected_per_hour)   # one simulated hour
+    assert cost["memory_unpriced_tiers"] == []
+    assert not [note for note in scenario_warnings(scenario) if "price" in note]
+    override, _ = _cxl_cost_per_hour([CXL_200GB, "cache.tiers.cxl.usd_per_gb_month=1.46"])
+    assert override["memory_usd_per_hour"] == pytest.approx(200 * 1.46 / 730.0)
 
 
 def _configured(hw, cfg) -> bool:

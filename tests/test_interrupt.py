@@ -21,6 +21,11 @@ from agentsim.results import load_run
 from tests.conftest import ROOT, run_cli
 
 
+#: Seconds after which a wait counts as a hang. Waits end on their condition, so under any load
+#: short of a hang they pass; this only keeps a broken run or sweep from blocking the suite.
+HANG_GUARD_S = 1800.0
+
+
 def _start_on_terminal(args: list[str]) -> tuple[subprocess.Popen, int]:
     """Start ``agentsim ARGS`` with stderr on a pseudo-terminal, as from a shell: the run then
     shows its progress bar there. Returns the process and the terminal's reading end."""
@@ -48,7 +53,8 @@ def _read_terminal(master: int, timeout_s: float) -> str | None:
 PROGRESS = re.compile(r"([\d,]+)/([\d,]+) simulated s")
 
 
-def _wait_for_simulated(process: subprocess.Popen, master: int, at_least_s: float, timeout_s: float = 300) -> str:
+def _wait_for_simulated(process: subprocess.Popen, master: int, at_least_s: float,
+                        timeout_s: float = HANG_GUARD_S) -> str:
     """Read the terminal until the progress bar reports ``at_least_s`` simulated seconds: the
     readiness condition (requests have finished), whatever CPU share the run gets."""
     deadline = time.time() + timeout_s
@@ -64,7 +70,7 @@ def _wait_for_simulated(process: subprocess.Popen, master: int, at_least_s: floa
     raise AssertionError(f"progress never reached {at_least_s} simulated s; terminal so far: {seen[-2000:]}")
 
 
-def _drain(process: subprocess.Popen, master: int, timeout_s: float = 120) -> str:
+def _drain(process: subprocess.Popen, master: int, timeout_s: float = HANG_GUARD_S) -> str:
     """The rest of what the process writes to the terminal, until it exits."""
     deadline = time.time() + timeout_s
     seen = ""
@@ -91,7 +97,7 @@ def test_signal_during_run_writes_finished_requests_marked_incomplete(small_scen
         assert "Ctrl-C stops" in seen
         os.kill(process.pid, sig)
         stderr = _drain(process, master)
-        stdout, _ = process.communicate(timeout=120)
+        stdout, _ = process.communicate(timeout=HANG_GUARD_S)
     finally:
         if process.poll() is None:
             process.kill()
@@ -142,6 +148,19 @@ def test_stop_request_in_process(small_scenario_yaml):
     assert result.summary["requests"] == len(result.tables["requests"]) > 0
 
 
+def _wait_until(condition, process: subprocess.Popen, what: str) -> None:
+    """Poll ``condition`` until it holds; fail at once if ``process`` exits first, and after
+    :data:`HANG_GUARD_S` (a hang, not a slow machine)."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not condition():
+        if process.poll() is not None:
+            _, stderr = process.communicate()
+            raise AssertionError(f"the sweep exited ({process.returncode}) before {what}: {stderr[-2000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} after {HANG_GUARD_S:.0f} s")
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("executor", [["--workers", "1"], ["--workers", "2"], ["--dask", "local", "--workers", "2"]],
                          ids=["in-process", "process-pool", "dask-local"])
@@ -164,11 +183,11 @@ axes:
                                 *executor, "-q"], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.time() + 180
-        while time.time() < deadline and len(list(out.glob("cells/*/seed-*/summary.json"))) < 2:
-            time.sleep(0.05)
+        # Ready once two runs are written, however long a loaded machine takes to get there
+        # (starting a TLS Dask cluster included); the guard only stops a hang.
+        _wait_until(lambda: len(list(out.glob("cells/*/seed-*/summary.json"))) >= 2, process, "two finished runs")
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
-        _, stderr = process.communicate(timeout=60)  # EOF only once every worker is gone too
+        _, stderr = process.communicate(timeout=HANG_GUARD_S)  # EOF only once every worker is gone too
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
@@ -178,7 +197,7 @@ axes:
     assert 2 <= len(finished) < 20, "the sweep should have been interrupted part-way"
     for path in finished:
         assert json.loads(path.read_text())["requests"] > 0
-    rerun = run_cli("sweep", str(sweep), "--out", str(out), "--workers", "1", "-q")
+    rerun = run_cli("sweep", str(sweep), "--out", str(out), "--workers", "1", "-q", timeout=HANG_GUARD_S)
     assert rerun.returncode == 0, rerun.stderr
     assert f"{20 - len(finished)} run, {len(finished)} already done, 0 failed" in " ".join(rerun.stdout.split())
     for path, stamp in finished.items():

@@ -149,23 +149,9 @@ def test_exclusive_dram_over_inclusive_disk_keeps_one_copy(prefetch, on_tool_cal
 
 
 #: Simulated seconds past ``duration_s`` after which an example counts as stuck: its sessions'
-#: last calls take well under a minute, and a request that never gets scheduled would
-#: otherwise keep the sampler ticking (and memory growing) for ever.
+#: last calls take well under a minute, and a request that never gets scheduled is cut there by
+#: the run's drain limit (``limits.max_drain_s``, agentsim/engine/drain.py).
 DRAIN_LIMIT_S = 600.0
-
-
-class _SimulatedTimeLimit:
-    """A stop request that fires once the simulation's clock passes ``limit_s`` (checked at
-    every event, so a stuck run ends deterministically with ``complete: false``)."""
-
-    def __init__(self, simulation: Simulation, limit_s: float):
-        self.simulation = simulation
-        self.limit_s = limit_s
-
-    @property
-    def reason(self) -> str | None:
-        now = self.simulation.env.now
-        return f"stuck: still running at t={now:.0f} s" if now > self.limit_s else None
 
 
 def test_idle_instance_ends_prefetches_whose_pins_hold_the_hbm_its_head_request_needs():
@@ -185,11 +171,10 @@ def test_idle_instance_ends_prefetches_whose_pins_hold_the_hbm_its_head_request_
 
 
 def _run(data: dict) -> None:
+    data = {**data, "limits": {"max_drain_s": DRAIN_LIMIT_S}}
     scenario = scenario_from_dict(data, source="<invariant-space>")
-    simulation = Simulation(scenario)
-    simulation.stop_request = _SimulatedTimeLimit(simulation, scenario.duration_s + DRAIN_LIMIT_S)
-    summary = simulation.run().summary
-    assert summary["complete"], summary.get("incomplete_reason")
+    summary = Simulation(scenario).run().summary
+    assert summary["calls_cut_at_drain_limit"] == 0, f"stuck: calls still in flight at t={summary['simulated_s']:.0f} s"
     assert summary["requests"] > 0, "the scenario must exercise the cache"
 
 

@@ -92,12 +92,13 @@ def test_indexer_overlap_equals_the_per_block_walk_on_prefix_closed_views():
         assert indexer.overlap_blocks(keys) == per_block_overlap(view, keys)
 
 
-def test_indexer_with_more_workers_than_a_mask_word_matches_the_walk():
-    """Four racks are 72 workers: their masks span two 64-bit words."""
+@pytest.mark.parametrize("n_workers", [None, 150, 72])
+def test_indexer_with_more_workers_than_a_mask_word_matches_the_walk(n_workers):
+    """Four racks are 72 workers: their masks span two words (64 + 8 bits when sized)."""
     rng = random.Random(11)
     keys = list(range(5, 305))
-    indexer, view = KvIndexer(), {}
-    for w in rng.sample(range(150), 40):
+    indexer, view = KvIndexer(n_workers), {}
+    for w in rng.sample(range(n_workers or 150), 40):
         held = keys[:rng.randint(1, len(keys))]
         indexer.apply_stored(w, held)
         view[w] = set(held)
@@ -107,6 +108,17 @@ def test_indexer_with_more_workers_than_a_mask_word_matches_the_walk():
         view[w] = {k for k in view[w] if k < keys[cut]} if cut < len(keys) else view[w]
     assert indexer.overlap_blocks(keys) == per_block_overlap({w: v for w, v in view.items() if v}, keys)
     assert indexer.holders(keys[0]) == sum(1 << w for w, v in view.items() if keys[0] in v)
+
+
+def test_a_sized_indexer_holds_narrow_words_and_rejects_unknown_workers():
+    assert [w.values.typecode for w in KvIndexer(18)._words] == ["I"]        # one rack: 4 bytes a key
+    assert [w.values.typecode for w in KvIndexer(72)._words] == ["Q", "B"]   # four racks: 8 + 1
+    assert [w.values.typecode for w in KvIndexer()._words] == ["Q"]
+    indexer = KvIndexer(18)
+    indexer.apply_stored(17, [1, 2])
+    assert indexer.overlap_blocks([1, 2, 3]) == {17: 2} and indexer.holders(2) == 1 << 17
+    with pytest.raises(ValueError, match="worker 18"):
+        indexer.apply_stored(18, [1])
 
 
 def test_indexer_removal_clears_only_that_worker():

@@ -96,3 +96,45 @@ def test_decode_jitter_is_smoothed_and_a_gross_drop_is_rejected():
     assert _implausible([1, 2, 4], jitter) is None
     gross = [[80e-3], [40e-3], [60e-3]]  # batch 1 twice as slow as batch 2
     assert "less than" in _implausible([1, 2, 4], gross)
+
+
+def test_a_deployment_the_databases_cannot_time_is_refused_from_the_cache_without_a_rebuild(cache, monkeypatch):
+    from agentsim.hardware.timing import tables as tables_module
+    unknown = Deployment(model="example/Not-In-The-Databases-8B", system="h200_sxm", backend="vllm", tp=1,
+                         max_num_tokens=2048, max_num_seqs=64, max_context_tokens=8192)
+    with pytest.raises(tables_module.TimingDataUnavailable) as first:
+        load_or_build(unknown)
+    assert len(list(cache.glob("*.unavailable"))) == 1
+
+    def no_rebuild(deployment):
+        raise AssertionError("a recorded refusal was built again")
+
+    monkeypatch.setattr(tables_module, "build_tables", no_rebuild)
+    with pytest.raises(tables_module.TimingDataUnavailable) as second:
+        load_or_build(unknown)
+    assert str(second.value) == str(first.value) and "Not-In-The-Databases-8B" in str(first.value)
+    # A refusal recorded by other build rules (another source digest) is not trusted.
+    monkeypatch.setattr(tables_module, "_RULES_DIGEST", "other-rules")
+    with pytest.raises(AssertionError, match="built again"):
+        load_or_build(unknown)
+
+
+def test_decode_stretches_remembered_per_batch_and_context_equal_fresh_computations(cache):
+    """The timers keep the last (n, K) -> (a, c) pair; interleaved queries that change and repeat
+    (n, K) must give exactly what the pair computed afresh gives."""
+    from agentsim.hardware.timing import linear_decode
+    from agentsim.hardware.timing.roofline import RooflineTimer
+    tabulated = TabulatedTimer(load_or_build(LLAMA_8B), kv_bytes_per_token=131072, chunk_tokens=2048)
+    roofline = RooflineTimer(active_params=8e9, total_params=8e9, bytes_per_param=1.0, attn_coeff=1e6,
+                             decode_attn_coeff=1e6, kv_bytes_per_token=131072, flops_per_s=1e15, bytes_per_s=4e12,
+                             chunk_tokens=8192, layers=32, hidden_size=4096)
+    queries = [(3, 2100.0), (3, 2100.0), (40, 64000.0), (3, 2100.0), (40, 64003.0), (40, 64003.0), (1, 0.0)]
+    for timer in (tabulated, roofline):
+        stretches = set()
+        for n, context in queries:
+            a, c = timer._decode_linear(n, context)
+            assert timer.decode_stretch_s(n, context, 7) == linear_decode.stretch_s(a, c, 7)
+            elapsed_s = linear_decode.stretch_s(a, c, 5) + 1e-9
+            assert timer.decode_steps_within(n, context, elapsed_s) == linear_decode.steps_within(a, c, elapsed_s) == 5
+            stretches.add(timer.decode_stretch_s(n, context, 7))
+        assert len(stretches) == 4  # the queries' distinct pairs time differently

@@ -433,7 +433,7 @@ class RadixCache:
                     and node.lock_ref == 1 and node.start_block + len(node.keys) == start_block + pos):
                 node.keys.extend(fresh)
             else:
-                child = self._new_node(node, list(fresh), start_block + pos, now_s)
+                child = self._new_node(node, fresh[:], start_block + pos, now_s)  # a copy: the listener may hold ``fresh``
                 child.lock_ref = 1
                 node.children[fresh[0]] = child
                 node = child

@@ -438,7 +438,7 @@ class TieredCache(TierStaging):
             hbm.inserted_blocks += len(fresh)
             fresh = ()
         if fresh:
-            child = self._new_node(node, list(fresh), start_block + pos, now_s)
+            child = self._new_node(node, fresh[:], start_block + pos, now_s)  # a copy: the listener may hold ``fresh``
             child.lock_ref = 1
             node.children[fresh[0]] = child
             node = child

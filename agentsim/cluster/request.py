@@ -43,6 +43,8 @@ class LLMRequest:
     hit_tokens: int = 0
     prefilled_tokens: int = 0   # prompt tokens computed by prefill (hit + prefilled = prompt when done)
     rejected: bool = False
+    # Why it was rejected (agentsim.cluster.serving.admission.REJECT_REASONS; "" when served).
+    reject_reason: str = ""
     # Memory hierarchy: hit tokens by the tier that served them, bytes loaded, load end.
     tier_hit_tokens: dict = field(default_factory=dict)
     loaded_bytes: float = 0.0

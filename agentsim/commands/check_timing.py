@@ -3,7 +3,7 @@
 Every row of a file in the format of ``measured_runs.csv`` is emulated through the simulator
 (:mod:`agentsim.experiments.timing_check`); the command prints each row's prediction and error
 factor, then the error table per (system, backend, mode). ``--json`` prints
-``{"rows": [{"id", "predicted_ttft_ms", "predicted_tpot_ms", "skipped"}], "summary": {...}}``.
+``{"rows": [{"id", "predicted_ttft_ms", "predicted_tpot_ms", "skipped", "pools"}], "summary": {...}}``.
 """
 
 from __future__ import annotations
@@ -63,6 +63,19 @@ def _groups_table(summary: dict):
     return table
 
 
+def _pools_table(by_pools: dict):
+    from rich.table import Table
+
+    table = Table(title="disaggregated rows by where their pools come from", header_style="bold")
+    for column in ("pools", "rows", "emulated", "TTFT median", "TTFT p90", "TPOT median", "TPOT p90"):
+        table.add_column(column, justify="left" if column == "pools" else "right")
+    for name, g in by_pools.items():
+        table.add_row(name, str(g["rows"]), str(g["emulated"]), _fmt(g["ttft_error_median"], ".2f"),
+                      _fmt(g["ttft_error_p90"], ".2f"), _fmt(g["tpot_error_median"], ".2f"),
+                      _fmt(g["tpot_error_p90"], ".2f"))
+    return table
+
+
 def register(app: typer.Typer) -> None:
     @app.command("check-timing")
     def check_timing_command(
@@ -72,6 +85,11 @@ def register(app: typer.Typer) -> None:
                                              help="emulate a stratified sample of N rows (deterministic)"),
         set_: Optional[list[str]] = typer.Option(None, "--set", help="override a field of every row's scenario: PATH=VALUE"),
         mode: Optional[Mode] = typer.Option(None, "--mode", help="only the rows of this mode (before --sample)"),
+        max_clients: Optional[int] = typer.Option(None, "--max-clients", min=1,
+                                                  help="skip rows of more clients (their runs take minutes each)"),
+        client_lengths: bool = typer.Option(False, "--client-lengths",
+                                            help="draw each request's lengths as the row's benchmark client did "
+                                                 "(aggregated rows; docs/validation.md)"),
     ) -> None:
         """Emulate measured serving benchmarks and compare predicted with measured TTFT/TPOT."""
         from agentsim.experiments.benchmark_rows import read_rows
@@ -89,9 +107,10 @@ def register(app: typer.Typer) -> None:
             with Progress(TextColumn("[bold]emulating rows"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=err_console, transient=True) as progress:
                 task = progress.add_task("rows", total=len(frame))
-                results = check_rows(frame, overrides, on_row=lambda _: progress.advance(task))
+                results = check_rows(frame, overrides, on_row=lambda _: progress.advance(task),
+                                     client_lengths=client_lengths, max_clients=max_clients)
         else:
-            results = check_rows(frame, overrides)
+            results = check_rows(frame, overrides, client_lengths=client_lengths, max_clients=max_clients)
         summary = summarize(results)
         if as_json:
             sys.stdout.write(json.dumps({"rows": [r.as_json() for r in results], "summary": summary}, indent=1) + "\n")
@@ -104,6 +123,8 @@ def register(app: typer.Typer) -> None:
             out = Console(width=220)
         out.print(_rows_table(results))
         out.print(_groups_table(summary))
+        if summary["disaggregated_by_pools"]:
+            out.print(_pools_table(summary["disaggregated_by_pools"]))
         if summary["skipped_reasons"]:
             out.print("skipped: " + "; ".join(f"{n} x {why}" for why, n in summary["skipped_reasons"].items()),
                           markup=False, highlight=False)

@@ -26,6 +26,9 @@ class Limits(BaseModel):
     max_duration_s: Seconds = Field(366 * 86400.0, gt=0, description="simulated time (duration_s): one year")
     max_prompt_tokens: int = Field(10_000_000, gt=0, description="longest prompt (shared prefixes plus max_context_tokens) in tokens")
     max_batch_requests: int = Field(1_000_000, gt=0, description="serving.max_batch_requests")
+    max_drain_s: Seconds = Field(3600.0, ge=0, description="simulated time after duration_s the run may take to finish "
+                                 "the calls in flight (drain: true); calls still in flight then are rejected with "
+                                 "reason drain_limit (agentsim.engine.drain)")
 
 
 def limit_hint(name: str) -> str:

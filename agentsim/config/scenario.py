@@ -138,6 +138,8 @@ class TierConfig(Strict):
     inclusive: bool = Field(True, description="keep this tier's copy when a block is loaded up (false: exclusive)")
     bandwidth_bytes_per_s: BytesPerSecond | None = Field(None, gt=0, description="remote store: aggregate bandwidth of the shared store")
     latency_s: Seconds | None = Field(None, ge=0, description="remote store: per-transfer latency")
+    usd_per_gb_month: float | None = Field(None, ge=0, description="price of this tier's capacity, USD per GB-month; "
+                                           "default: the tier kind's (dram, disk, remote: the hardware profile's fields)")
     shared: bool = Field(False, description="remote store: one store every instance reads (Mooncake Store / LMCache remote "
                                             "style); capacity_bytes is then the whole store, split evenly into each instance's "
                                             "share of what it writes, and any instance hits any share over the network")
@@ -426,7 +428,8 @@ class Scenario(Strict):
     description: str = ""
     seed: int = Field(0, ge=0)
     duration_s: Seconds = Field(gt=0, description="simulated time during which sessions may start")
-    drain: bool = Field(True, description="let sessions started before duration_s finish their in-flight call")
+    drain: bool = Field(True, description="let sessions started before duration_s finish their in-flight call (for at "
+                        "most limits.max_drain_s); false: the run ends at duration_s, calls in flight rejected (drain_limit)")
     hardware: HardwareConfig = Field(default_factory=HardwareConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)

@@ -71,12 +71,18 @@ class ServingConfig(Strict):
         None, gt=0, description="most tokens one prefilling request takes of an iteration's budget while another request "
                                 "is prefilling too, so a short prompt is not held behind a long cold one (vLLM's "
                                 "long_prefill_token_threshold with partial prefills); absent: chunks first come first served")
+    scheduler_recv_interval: int = Field(
+        1, gt=0, le=10000, description="sglang: the scheduler takes new requests only every N decode steps (at once after a "
+                                      "prefill batch or when idle; SGLang's --scheduler-recv-interval, default 1)")
 
     @model_validator(mode="after")
     def _ratios(self):
         if self.min_new_token_ratio > self.init_new_token_ratio:
             raise FieldError(("min_new_token_ratio",), f"min_new_token_ratio ({self.min_new_token_ratio:g}) exceeds "
                              f"init_new_token_ratio ({self.init_new_token_ratio:g})")
+        if self.scheduler_recv_interval > 1 and self.engine != "sglang":
+            raise FieldError(("scheduler_recv_interval",), f"scheduler_recv_interval is an SGLang option; "
+                             f"engine is {self.engine}")
         return self
 
     def kv_admission_rule(self) -> str:
@@ -95,3 +101,15 @@ class ServingConfig(Strict):
     def batch_tokens(self) -> int:
         """Token budget per iteration (``max_num_batched_tokens`` over ``prefill_chunk_tokens``)."""
         return self.max_num_batched_tokens or self.prefill_chunk_tokens
+
+    def instance_batch_tokens(self) -> int:
+        """Token budget of one instance's iteration: :meth:`batch_tokens` per attention-DP rank.
+        With attention DP every rank schedules its own batch under the engine's budget
+        (SGLang's ``chunked_prefill_size``, TensorRT-LLM's ``max_num_tokens``), so the instance
+        takes ``attention_dp`` times it, one request's chunk at most :meth:`batch_tokens`."""
+        return self.batch_tokens() * self.parallelism.attention_dp
+
+    def rank_chunk_tokens(self) -> int | None:
+        """Most tokens of one request in one iteration when that is below the instance's budget
+        (attention DP: a request's chunk runs on its rank), else None."""
+        return self.batch_tokens() if self.parallelism.attention_dp > 1 else None

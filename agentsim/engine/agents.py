@@ -195,7 +195,7 @@ class AgentDriver:
                 return
             if spec.compaction is not None and stream.tokens > spec.compaction.trigger_tokens:
                 self.counters.compactions += 1
-                old_keys = list(stream.keys)
+                old_keys = stream.keys[:]
                 self.counters.invalidated_blocks += stream.rewrite_after(spec.compaction.keep_tokens)
                 self._mutated(last_instance, old_keys, stream.shared_blocks)
                 rewrite = _merge_rewrite(rewrite, last_instance, stream.shared_blocks, last_cached_blocks)
@@ -267,7 +267,7 @@ class AgentDriver:
                 shared_tokens = stream.shared_blocks * self.block_tokens
                 depth_fraction = rng.uniform(edits.min_depth_fraction, 1.0)
                 offset = shared_tokens + int((stream.tokens - shared_tokens) * depth_fraction)
-                old_keys = list(stream.keys)
+                old_keys = stream.keys[:]
                 self.counters.edits += 1
                 self.counters.invalidated_blocks += stream.rewrite_from(offset, _count(model.edit_dropped, rng, 0))
                 self._mutated(last_instance, old_keys, offset // self.block_tokens)

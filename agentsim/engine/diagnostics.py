@@ -62,8 +62,9 @@ from agentsim.engine.policy_factory import eviction_policy
 from agentsim.cache.radix import RadixCache
 from agentsim.cache.sequential import replay_sequence
 from agentsim.engine.regimes import regime_of, tier_regimes, ttl_diagnostics
+from agentsim.metrics.catalogue import EVICTION_REASONS
 
-REASONS = ("capacity", "ttl_expiry", "pin_timeout", "pressure_unpin", "mutation", "admission")
+REASONS = EVICTION_REASONS   # the metric catalogue's list, so a summary and its figures agree
 TTL_COUNTERS = ("ttl_expirations_blocks", "capacity_evictions_blocks", "pins_created", "pins_honored",
                 "pins_timed_out", "pins_broken_by_pressure")
 #: Replays of streams with more requested blocks than this are skipped (keeps big runs fast);

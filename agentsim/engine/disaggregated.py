@@ -81,10 +81,12 @@ class DisaggregatedCluster:
             else:
                 cache = RadixCache(self.capacity_blocks[role], eviction_policy(ref, self.scenario, block_tokens), name="hbm")
             out.append(ServingInstance(env, index, cache, self.timers[role][0], block_tokens, serving.batch_requests(),
-                                       serving.batch_tokens(), on_finish=on_finish, check_invariants=check_invariants,
+                                       serving.instance_batch_tokens(), on_finish=on_finish,
+                                       check_invariants=check_invariants, rank_chunk_tokens=serving.rank_chunk_tokens(),
                                        kv_rule=make_kv_admission(serving, block_tokens), preemption=serving.preemption,
                                        long_prefill_tokens=serving.long_prefill_token_threshold,
-                                       mixed_prefill=serving.mixes_prefill(), **extra))
+                                       mixed_prefill=serving.mixes_prefill(),
+                                       recv_interval_steps=serving.scheduler_recv_interval, **extra))
         return out
 
     @property

@@ -24,9 +24,14 @@ Two views of money, both added to every run's ``summary.json``:
 
 3. **Memory cost**: HBM comes with the GPUs (in the GPU-hour price), so HBM KV capacity costs
    nothing extra; every tier below HBM is charged for its configured capacity (all instances)
-   at the hardware profile's price per GB-month (``dram_usd_per_gb_month``,
-   ``nvme_usd_per_gb_month``, ``remote_usd_per_gb_month``; sources in docs/experiments.md)
-   over the simulated time (a month = 730 h). ``total_cost_usd`` = GPU + memory cost;
+   at its tier kind's price per GB-month over the simulated time (a month = 730 h). The price
+   is a property of the kind (``TierKind.usd_per_gb_month``: DRAM, disk and remote read the
+   hardware profile's ``dram_usd_per_gb_month``, ``nvme_usd_per_gb_month``,
+   ``remote_usd_per_gb_month``; sources in docs/experiments.md), overridden per tier by
+   ``cache.tiers.<name>.usd_per_gb_month``. A kind with no price (one registered without it)
+   is charged at zero, listed in ``memory_unpriced_tiers`` and warned about before the run
+   (:func:`unpriced_tier_warning`): a plan must not find it cheaper by a silent omission.
+   ``total_cost_usd`` = GPU + memory cost;
    ``cost_usd_per_hour`` is what the deployment costs per hour of operation, the quantity a
    capacity plan minimises.
 
@@ -42,11 +47,10 @@ import numpy as np
 import pandas as pd
 
 from agentsim.config.units import UnitError, parse_duration
+from agentsim.hardware.tier_kinds import TIER_KINDS, tier_price_usd_per_gb_month
 
 TTL_5M_S = 300.0
 HOURS_PER_MONTH = 730.0      # the cloud billing convention (8,760 h / 12)
-#: The hardware field pricing each tier kind below HBM (USD per GB-month).
-TIER_PRICE_FIELDS = {"dram": "dram_usd_per_gb_month", "disk": "nvme_usd_per_gb_month", "remote": "remote_usd_per_gb_month"}
 TTL_1H_S = 3600.0
 
 
@@ -96,19 +100,47 @@ def scenario_ttl_s(scenario) -> float | None:
 def memory_cost(scenario, tiers: list[dict], simulated_s: float) -> dict:
     """Cost of the tiers below HBM over ``simulated_s``: ``tiers`` as in
     ``summary["deployment"]["tiers"]`` (one instance's tiers, capacities in bytes), charged
-    for every instance. Returns ``memory_cost_usd``, ``memory_cost_by_tier_usd`` and
-    ``memory_usd_per_hour``."""
+    for every instance at the tier kind's price
+    (:func:`~agentsim.hardware.tier_kinds.tier_price_usd_per_gb_month`). Returns
+    ``memory_cost_usd``, ``memory_cost_by_tier_usd``, ``memory_usd_per_hour`` and
+    ``memory_unpriced_tiers``: tiers whose kind has no price, charged at zero (stated, not hidden)."""
     hw = scenario.hardware
     by_tier: dict[str, float] = {}
+    unpriced: list[str] = []
     per_hour = 0.0
     for tier in tiers:
-        field = TIER_PRICE_FIELDS.get(tier["name"])
-        if field is None:   # HBM and peer HBM: part of the GPU price
+        kind = TIER_KINDS.get(tier["name"])
+        if kind is not None and not kind.lower:   # HBM and peer HBM: part of the GPU price
             continue
-        usd_per_hour = tier["capacity_bytes"] * hw.instances / 1e9 * getattr(hw, field) / HOURS_PER_MONTH
+        price = tier_price_usd_per_gb_month(tier["name"], hw, _tier_config(scenario, tier["name"]))
+        if price is None:
+            unpriced.append(tier["name"])
+            price = 0.0
+        usd_per_hour = tier["capacity_bytes"] * hw.instances / 1e9 * price / HOURS_PER_MONTH
         per_hour += usd_per_hour
         by_tier[tier["name"]] = usd_per_hour * simulated_s / 3600.0
-    return {"memory_cost_usd": sum(by_tier.values()), "memory_cost_by_tier_usd": by_tier, "memory_usd_per_hour": per_hour}
+    return {"memory_cost_usd": sum(by_tier.values()), "memory_cost_by_tier_usd": by_tier, "memory_usd_per_hour": per_hour,
+            "memory_unpriced_tiers": unpriced}
+
+
+def _tier_config(scenario, name: str):
+    tiers = scenario.cache.tiers
+    return getattr(tiers, name, None) if tiers is not None else None
+
+
+def unpriced_tier_warning(scenario) -> str | None:
+    """Why some enabled tier's capacity will be charged at zero (its kind has no price), or None."""
+    tiers = scenario.cache.tiers
+    if tiers is None:
+        return None
+    names = [name for name, tier in tiers.enabled_tiers()
+             if tier_price_usd_per_gb_month(name, scenario.hardware, tier) is None]
+    if not names:
+        return None
+    listed = ", ".join(names)
+    return (f"no price per GB-month for tier {listed} (its tier kind gives none): its capacity is charged at $0 in "
+            f"memory_cost_usd and total_cost_usd (summary: memory_unpriced_tiers); set "
+            f"cache.tiers.{names[0]}.usd_per_gb_month")
 
 
 def _prefill_seconds(scenario, served: pd.DataFrame) -> float:
@@ -132,7 +164,8 @@ def economics_summary(scenario, requests: pd.DataFrame, summary: dict,
     ``cache_read_tokens``, ``cache_write_tokens``, ``provider_cache_write_multiplier``,
     ``provider_bill_usd``, ``provider_bill_no_cache_usd``, ``provider_cache_savings_fraction``,
     ``provider_input_usd_per_million`` (effective input price after cache discounts),
-    ``memory_cost_usd``, ``memory_cost_by_tier_usd``, ``memory_usd_per_hour``, ``total_cost_usd``,
+    ``memory_cost_usd``, ``memory_cost_by_tier_usd``, ``memory_usd_per_hour``, ``memory_unpriced_tiers``,
+    ``total_cost_usd``,
     ``cost_usd_per_hour``, ``total_cost_per_million_tokens_usd``.
     """
     served = requests[~requests.rejected.astype(bool)] if len(requests) else requests

@@ -148,13 +148,22 @@ class RecomputeClassifier:
         drop their loss records."""
         if not self._layers[0].count:
             return
-        for layer in self._layers:
+        layers = self._layers
+        for layer in layers[:DENSE_LAYERS - 1]:
             pop = layer.pop
             for key in keys:
                 pop(key)
-        for spill in self._spill.values():
-            for key in keys:
-                spill.pop(key, None)
+        if len(layers) < DENSE_LAYERS:
+            return
+        # A key reaches an instance's spill dict only once every dense layer holds it (and is
+        # removed from all of them at once), so only the last layer's keys can be in one: the
+        # instances' dicts are not scanned for every key (that cost grew with the instances).
+        pop = layers[-1].pop
+        spilled = [key for key in keys if pop(key)]
+        if spilled:
+            for spill in self._spill.values():
+                for key in spilled:
+                    spill.pop(key, None)
 
     def _tiers_lost(self, instance: int, keys: list[int]) -> list[int]:
         """For each of ``keys``: 1 + the tier ``instance`` lost it from, or 0 if it never did."""

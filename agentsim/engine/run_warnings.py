@@ -56,13 +56,15 @@ def kv_capacity_warning(scenario) -> str | None:
 
 def scenario_warnings(scenario) -> list[str]:
     """Problems visible before the run: a TTL that cannot fire within ``duration_s``; too
-    little KV for one request at the context limit (:func:`kv_capacity_warning`)."""
+    little KV for one request at the context limit (:func:`kv_capacity_warning`); a tier whose
+    kind has no price, charged at zero (:func:`~agentsim.engine.economics.unpriced_tier_warning`)."""
     from agentsim.cache.policies import EVICTION_POLICIES
+    from agentsim.engine.economics import unpriced_tier_warning
 
     notes = []
-    kv_note = kv_capacity_warning(scenario)
-    if kv_note is not None:
-        notes.append(kv_note)
+    for note in (kv_capacity_warning(scenario), unpriced_tier_warning(scenario)):
+        if note is not None:
+            notes.append(note)
     for path, ref in _policy_refs(scenario):
         policy = EVICTION_POLICIES.create(ref.name, ref.params)
         ttl_s = getattr(policy, "ttl_s", None)
@@ -75,16 +77,24 @@ def scenario_warnings(scenario) -> list[str]:
 
 def result_warnings(summary: dict) -> list[str]:
     """Problems visible in the result: too little KV for one request at the context limit
-    (``kv_capacity_warning``), every measured request rejected, a TTL that never fired
+    (``kv_capacity_warning``), calls cut at the drain limit (:mod:`agentsim.engine.drain`),
+    every measured request rejected (with the reasons), a TTL that never fired
     (``ttl_warning``, judged against the tier the TTL applies to)."""
     notes = []
     if summary.get("kv_capacity_warning"):
         notes.append(str(summary["kv_capacity_warning"]))
     if summary.get("ttl_warning"):
         notes.append(str(summary["ttl_warning"]))
+    cut = summary.get("calls_cut_at_drain_limit") or 0
+    if cut and summary.get("drain_limit_s") is not None:
+        notes.append(f"{cut:,} calls were still in flight at the drain limit (t={summary['drain_limit_s']:g} s) and "
+                     "are counted as rejected (reason drain_limit): a queue that never empties or a call that can "
+                     "never be scheduled; raise limits.max_drain_s if the calls only need longer")
     requests = summary.get("requests") or 0
     if requests and summary.get("requests_rejected") == requests:
-        notes.append(f"every one of the {requests:,} measured requests was rejected (none fit the KV capacity "
-                     "with its prompt): latency and hit metrics are empty; raise hardware.kv_capacity_bytes or "
+        reasons = summary.get("requests_rejected_by_reason") or {}
+        why = ", ".join(f"{reason or 'unknown'}: {count:,}" for reason, count in reasons.items())
+        notes.append(f"every one of the {requests:,} measured requests was rejected ({why or 'none fit the KV capacity'}): "
+                     "latency and hit metrics are empty; for kv_capacity raise hardware.kv_capacity_bytes or "
                      "shorten the prompts")
     return notes

@@ -30,6 +30,7 @@ from agentsim.engine.agentic import AgenticWiring
 from agentsim.engine.policy_factory import eviction_policy
 from agentsim.engine.collector import freezing_collector
 from agentsim.engine.deployment import deployment_summary
+from agentsim.engine.drain import DrainLimit
 from agentsim.engine.diagnostics import RunDiagnostics
 from agentsim.engine.prefill_ahead import PrefillAhead
 from agentsim.engine.recompute import RecomputeClassifier
@@ -148,11 +149,12 @@ class Simulation:
             serving = scenario.serving
             self.instances.append(ServingInstance(
                 self.env, index, cache, self.cost, self.block_tokens,
-                serving.batch_requests(), serving.batch_tokens(),
+                serving.batch_requests(), serving.instance_batch_tokens(),
                 on_finish=self._on_finish, check_invariants=scenario.run.check_invariants,
                 kv_rule=make_kv_admission(serving, self.block_tokens), preemption=serving.preemption,
                 long_prefill_tokens=serving.long_prefill_token_threshold,
-                mixed_prefill=serving.mixes_prefill(), **extra,
+                mixed_prefill=serving.mixes_prefill(), rank_chunk_tokens=serving.rank_chunk_tokens(),
+                recv_interval_steps=serving.scheduler_recv_interval, **extra,
             ))
         if self.hierarchy is not None and self.disaggregated is None:
             self.hierarchy.connect_peers(self.instances)
@@ -180,6 +182,8 @@ class Simulation:
         # Triggered once the duration has passed and no call is in flight: agents then only
         # wait on gaps after which they would not call again, so the run is over.
         self.finished = self.env.event()
+        # ... or once the drain limit passed: calls still in flight then are rejected (drain_limit).
+        self.drain = DrainLimit(self.env, scenario, self.request_records.append, self._finish_now)
         self._last_sample_s = -math.inf
         self.check_invariants = scenario.run.check_invariants
         self.stop_request: StopRequest | None = None
@@ -194,7 +198,12 @@ class Simulation:
         for observe in self.request_observers:
             observe(request)
         self.in_flight += 1
+        self.drain.issued(request)
         self.router.submit(request)
+
+    def _finish_now(self) -> None:
+        if not self.finished.triggered:
+            self.finished.succeed()
 
     def _maybe_finish(self) -> None:
         if self.in_flight == 0 and self.driver.finished_issuing() and not self.finished.triggered:
@@ -265,7 +274,7 @@ class Simulation:
             kv_transfer_bytes=request.kv_transfer_bytes, decode_queue_s=request.decode_queue_s,
             kv_transfer_s=request.kv_transfer_s, decode_first_step_s=request.decode_first_step_s,
             recomputed_cold_tokens=cold, recomputed_evicted_tokens=evicted,
-            recomputed_invalidated_tokens=invalidated,
+            recomputed_invalidated_tokens=invalidated, reject_reason=request.reject_reason,
         ))
         for tier, tokens in tier_hits.items():
             if tokens:
@@ -273,6 +282,7 @@ class Simulation:
         self.agentic.on_request_end(request)
         self.diagnostics.observe_request(request)
         request.done.succeed()
+        self.drain.ended(request)
         self.in_flight -= 1
         self._maybe_finish()
 
@@ -316,6 +326,7 @@ class Simulation:
         self.driver.start()
         self.env.process(self._sampler())
         self.env.process(self._end_of_arrivals())
+        self.env.process(self.drain.run(self.finished))   # after it: at the same time, a drained run ends first
         if self.progress is not None:
             self.env.process(self._progress())
         with freezing_collector() as freeze:
@@ -396,6 +407,8 @@ class Simulation:
                 {role: timer for role, (_cost, timer) in self.disaggregated.timers.items()}
                 if self.disaggregated is not None else None)),
             "simulated_s": simulated_s,
+            "drain_limit_s": self.drain.limit_s,
+            "calls_cut_at_drain_limit": self.drain.cut_calls,
             "wall_s": wall_s,
             "simulated_requests_per_wall_s": len(requests) / wall_s if wall_s > 0 else math.inf,
         })

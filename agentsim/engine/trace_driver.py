@@ -91,7 +91,7 @@ class TraceDriver:
 
     def _request(self, trace: TraceRequest, session: int, call_index: int, gap_s: float, gap_kind: str,
                  next_gap_s: float = float("nan"), next_gap_kind: str = "") -> LLMRequest:
-        keys = list(trace.block_keys)
+        keys = trace.block_keys   # array('q'), as the agents' token streams; never mutated
         request = LLMRequest(
             request_id=self._next_id, session_id=session, agent_class=trace.agent_id if trace.depth else "main",
             depth=trace.depth, call_index=call_index, arrival_s=self.env.now,

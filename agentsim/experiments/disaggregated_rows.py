@@ -13,6 +13,10 @@ concurrency = ``decode_batch_size * decode_attention_dp_size * decode_num_worker
 ``serving.disaggregation`` pools: the aggregated builder is given the row with the prefill pool's
 parallelism and the full concurrency (so the model, system, engine, precision and workload are
 built once, in one place), and the pools are then set from the row's columns.
+
+Rows that leave the worker counts empty (the InferenceX exports, ``silicon_data_source``
+starting ``source_file=``) take their pools from the recipe they ran
+(:mod:`agentsim.experiments.disagg_recipes`); :func:`pools_source` says which.
 """
 
 from __future__ import annotations
@@ -69,10 +73,63 @@ def pool(row: dict, role: str) -> dict:
     return entry
 
 
+def pools_source(row: dict) -> str:
+    """``"row"`` when the row gives its worker counts, ``"recipe"`` when they come from the
+    InferenceX recipe it ran (:mod:`.disagg_recipes`)."""
+    return "row" if _int(row.get("prefill_num_workers")) and _int(row.get("decode_num_workers")) else "recipe"
+
+
+def pools_description(row: dict) -> str:
+    """Where a buildable row's pools come from: ``row``, ``recipe`` or ``recipe, ambiguous``
+    (both a recipe with MTP speculative decoding and one without fit; the one without is used)."""
+    if pools_source(row) == "row":
+        return "row"
+    from agentsim.experiments.disagg_recipes import recipe_pools
+
+    return "recipe, ambiguous" if recipe_pools(row, concurrency(row))[2]["ambiguous"] else "recipe"
+
+
+def row_pools(row: dict, clients: int) -> tuple[dict, dict]:
+    """The row's prefill and decode pools: from its columns, else from its recipe."""
+    if pools_source(row) == "row":
+        return pool(row, "prefill"), pool(row, "decode")
+    from agentsim.experiments.disagg_recipes import RecipeError, recipe_pools
+
+    try:
+        prefill, decode, _ = recipe_pools(row, clients)
+    except RecipeError as why:
+        empty = next(c for c in ("prefill_num_workers", "decode_num_workers") if not _int(row.get(c)))
+        raise DisaggRowError(f"column {empty} is empty and {why}") from None
+    return prefill, decode
+
+
+def measured_rounds(row: dict) -> tuple[int, int] | None:
+    """``(warm-up rounds, measured rounds)`` of the benchmark that measured ``row`` when it is
+    known: InferenceX's (the rows whose pools come from its recipes) measures all of its
+    ``10 x concurrency`` prompts from the first burst on; None for the others (check-timing's
+    default: one warm-up round per client, the rounds after it measured)."""
+    from agentsim.experiments.disagg_recipes import SA_BENCH_ROUNDS
+
+    if str(row.get("mode")).strip() == "disagg" and pools_source(row) == "recipe":
+        return 0, SA_BENCH_ROUNDS
+    return None
+
+
+def _sa_bench_lengths(data: dict, row: dict) -> dict:
+    """The workload with InferenceX's random lengths (uniform over ``[0.8 x len, len]``)."""
+    from agentsim.experiments.disagg_recipes import SA_BENCH_RANGE_RATIO
+
+    isl, osl = _int(row.get("isl")), _int(row.get("osl"))
+    lengths = {"initial_context_tokens": {"dist": "uniform", "low": math.floor(isl * SA_BENCH_RANGE_RATIO), "high": isl},
+               "output_tokens": {"dist": "uniform", "low": math.floor(osl * SA_BENCH_RANGE_RATIO), "high": osl}}
+    return {**data, "workload": {**data["workload"], "agent_classes": {
+        name: {**cls, **lengths} for name, cls in data["workload"]["agent_classes"].items()}}}
+
+
 def disaggregated_row_scenario(row: dict, aggregated_scenario: Callable[[dict], dict]) -> dict:
     """The scenario mapping that emulates disaggregated ``row`` (raises DisaggRowError)."""
-    prefill, decode = pool(row, "prefill"), pool(row, "decode")
     clients = concurrency(row)
+    prefill, decode = row_pools(row, clients)
     # ``batch_size`` of an aggregated row is per attention-DP rank, as ``prefill_batch_size``
     # is: giving it the prefill worker's whole batch (per-rank batch x DP) would count the DP
     # ranks twice (the builder multiplies by attention_dp_size again).
@@ -84,6 +141,8 @@ def disaggregated_row_scenario(row: dict, aggregated_scenario: Callable[[dict], 
     data = {**data, "workload": {**data["workload"], "agent_classes": {
         name: {**cls, "arrival": {**cls["arrival"], "concurrent": clients}}
         for name, cls in data["workload"]["agent_classes"].items()}}}
+    if pools_source(row) == "recipe":
+        data = _sa_bench_lengths(data, row)
     serving = dict(data["serving"])
     serving["max_num_seqs"] = clients
     # Random prompts share nothing: routing by load is what the benchmark's front end does.

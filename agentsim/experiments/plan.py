@@ -21,8 +21,8 @@ memory below HBM, priced per GB-month: :mod:`agentsim.engine.economics`) and cos
 tokens.
 
 One answer: the value the search found, with its cost per hour. Along a capacity axis the cost
-per hour grows with the value (DRAM, NVMe and remote capacity are priced; HBM comes with the
-GPUs, so every HBM point costs the same), so the smallest passing value is also the cheapest
+per hour grows with the value (the capacity of every tier below HBM is priced by its tier kind;
+HBM comes with the GPUs, so every HBM point costs the same), so the smallest passing value is also the cheapest
 passing one; a passing point that costs less per hour than the answer (a non-monotone cost) is
 reported as a warning rather than as a second answer.
 

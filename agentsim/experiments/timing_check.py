@@ -1,11 +1,15 @@
 """Check the simulator's step timing against measured serving benchmarks.
 
 Each aggregated row of a measured-runs file (:mod:`.benchmark_rows`) is run through the
-simulator as the benchmark ran on the real engine: closed-loop clients that all start at once,
-``isl`` random input tokens, ``osl`` output tokens. Every client's first request is warm-up
-(all prompts arrive together, a queue the benchmark's warm-up excludes) and is not measured;
-the prediction is the mean TTFT and TPOT of the next :data:`MEASURED_ROUNDS` rounds of
-requests, the means the benchmark reports.
+simulator as the benchmark client ran it on the real engine (:mod:`.benchmark_clients`):
+closed-loop clients that all start at once with requests of ``isl`` random tokens and ``osl``
+output tokens; the prediction is the mean TTFT and TPOT over the first ``10 x clients``
+requests, the initial burst included, the means the client reports. An InferenceX row's SGLang
+server gets its recipe's scheduling flags (:mod:`.benchmark_recipes`). With
+``client_lengths=True`` every request's lengths are drawn as the row's client drew them
+(uniformly from ``[0.8 L, L]`` for InferenceX rows); not the default, see docs/validation.md.
+Disaggregated rows keep the older rule: every client's first request taken as warm-up, the
+next :data:`MEASURED_ROUNDS` rounds measured.
 
 The error of a prediction is the factor ``exp(|log(predicted / measured)|)`` (1 = exact, 2 =
 off by 2x either way); :func:`summarize` gives its median and p90 over all emulated rows and
@@ -27,11 +31,14 @@ from agentsim.engine.loading import scenario_from_dict
 from agentsim.engine.simulation import run_scenario
 from agentsim.errors import InputError
 from agentsim.config.disaggregation import pool_scenario
+from agentsim.experiments.benchmark_clients import INFERENCEX, ClientProtocol, client_protocol, length_spec
+from agentsim.experiments.benchmark_recipes import recipe_serving
 from agentsim.experiments.benchmark_rows import RowSkipped, row_scenario
+from agentsim.experiments.disaggregated_rows import measured_rounds, pools_description
 from agentsim.hardware.timing.memory import engine_kv_capacity_tokens
 from agentsim.hardware.timing.select import build_timer, deployment_of
 
-#: Rounds of requests measured after the warm-up round (per client).
+#: Rounds of requests measured after the warm-up round (per client; disaggregated rows).
 MEASURED_ROUNDS = 2
 #: Times the simulated duration is doubled when too few requests finished in it.
 _EXTENSIONS = 3
@@ -51,6 +58,11 @@ class RowResult:
     predicted_tpot_ms: float | None = None
     skipped: str | None = None
     timing_source: str | None = None
+    #: Disaggregated rows: where the pools came from (``row``: its columns; ``recipe``: the
+    #: InferenceX recipe it ran; ``recipe, ambiguous``: a recipe with and one without MTP fit).
+    pools: str | None = None
+    #: Simulated requests the prediction is the mean of.
+    measured_requests: int | None = None
 
     @property
     def ttft_error(self) -> float | None:
@@ -62,7 +74,7 @@ class RowResult:
 
     def as_json(self) -> dict:
         return {"id": self.id, "predicted_ttft_ms": self.predicted_ttft_ms,
-                "predicted_tpot_ms": self.predicted_tpot_ms, "skipped": self.skipped}
+                "predicted_tpot_ms": self.predicted_tpot_ms, "skipped": self.skipped, "pools": self.pools}
 
 
 def error_factor(predicted: float | None, measured: float | None) -> float | None:
@@ -108,8 +120,38 @@ def _with_engine_kv(data: dict) -> dict:
     return data
 
 
-def emulate_row(row: dict, overrides: list[str] | None = None) -> RowResult:
-    """Run one row through the simulator (``overrides``: ``--set`` PATH=VALUE for every row).
+def _with_client_lengths(data: dict, protocol: ClientProtocol, isl: int, osl: int) -> dict:
+    """``data`` with the request lengths drawn as the benchmark client of ``protocol`` drew them."""
+    agent_classes = dict(data["workload"]["agent_classes"])
+    agent_classes["client"] = {**agent_classes["client"], "initial_context_tokens": length_spec(isl, protocol),
+                               "output_tokens": length_spec(osl, protocol)}
+    return {**data, "workload": {**data["workload"], "agent_classes": agent_classes}}
+
+
+def _measured_requests(finished: pd.DataFrame, clients: int, protocol: ClientProtocol | None,
+                       partial: bool = False) -> pd.DataFrame | None:
+    """The requests the benchmark averages; None while too few have finished (unless
+    ``partial``: then those there are).
+
+    With a client ``protocol``: the first ``measured_per_client * clients`` requests by arrival,
+    once one more round has finished (each client has at most one request in flight, so every
+    earlier one has ended). Without: the :data:`MEASURED_ROUNDS` rounds after the warm-up one."""
+    finished = finished.sort_values(["arrival_s", "request_id"])
+    if protocol is None:
+        measured = finished.iloc[clients:]  # the first request of every client is warm-up
+        complete = len(measured) >= clients * MEASURED_ROUNDS
+    else:
+        wanted = protocol.measured_per_client * clients
+        measured = finished.iloc[:wanted]
+        complete = len(finished) >= wanted + clients
+    return measured if complete or partial else None
+
+
+def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: bool = False,
+                max_clients: int | None = None) -> RowResult:
+    """Run one row through the simulator (``overrides``: ``--set`` PATH=VALUE for every row;
+    ``client_lengths``: draw an aggregated row's request lengths as its benchmark client did;
+    a row of more than ``max_clients`` clients is skipped with that reason).
 
     Raises InputError for a bad override; a row the simulator cannot emulate comes back with
     ``skipped`` set."""
@@ -121,6 +163,27 @@ def emulate_row(row: dict, overrides: list[str] | None = None) -> RowResult:
     except RowSkipped as why:
         result.skipped = str(why)
         return result
+    if result.mode == "disagg":
+        result.pools = pools_description(row)
+    clients = data["workload"]["agent_classes"]["client"]["arrival"]["concurrent"]
+    if max_clients is not None and clients > max_clients:
+        result.skipped = f"more than {max_clients} clients ({clients}; --max-clients)"
+        return result
+    isl, osl = int(row["isl"]), int(row["osl"])
+    # Rows are averaged as their benchmark client averaged them: aggregated rows by their
+    # harness; disaggregated rows whose pools come from an InferenceX recipe by InferenceX's
+    # (their lengths are drawn by the disaggregated builder already).
+    if str(row["mode"]).strip() == "agg":
+        protocol = client_protocol(row)
+    else:
+        protocol = INFERENCEX if measured_rounds(row) is not None else None
+    if protocol is not None and client_lengths and str(row["mode"]).strip() == "agg":
+        data = _with_client_lengths(data, protocol, isl, osl)
+    if protocol is not None and str(row["mode"]).strip() == "agg":
+        # The scheduling flags the benchmark's recipe launched the server with.
+        serving = data["serving"]
+        recipe = recipe_serving(row, serving["max_num_seqs"], serving["parallelism"]["tp"])
+        data = {**data, "serving": {**serving, **recipe}}
     try:
         data = _with_engine_kv(data)
     except InputError as exc:
@@ -136,21 +199,22 @@ def emulate_row(row: dict, overrides: list[str] | None = None) -> RowResult:
     timer, choice = build_timer(scenario)
     result.timing_source = choice.source
     clients = scenario.workload.agent_classes["client"].arrival.concurrent
-    isl, osl = int(row["isl"]), int(row["osl"])
     round_s = _round_estimate_s(timer, clients, isl, osl, scenario.serving.batch_requests(),
-                                scenario.serving.batch_tokens())
-    duration_s = max(round_s, 1e-3) * (1 + MEASURED_ROUNDS) * 1.1
-    for _ in range(_EXTENSIONS + 1):
+                                scenario.serving.instance_batch_tokens())
+    rounds = 1 + (MEASURED_ROUNDS if protocol is None else protocol.measured_per_client)
+    duration_s = max(round_s, 1e-3) * rounds * 1.1
+    for extension in range(_EXTENSIONS + 1):
         data = {**data, "duration_s": duration_s}
         records = run_scenario(scenario_from_dict(data, source="check-timing")).tables["requests"]
-        finished = records[~records["rejected"]].sort_values(["arrival_s", "request_id"])
-        measured = finished.iloc[clients:]  # the first request of every client is warm-up
-        if len(measured) >= clients * MEASURED_ROUNDS:
+        measured = _measured_requests(records[~records["rejected"]], clients, protocol,
+                                      partial=extension == _EXTENSIONS)
+        if measured is not None:
             break
         duration_s *= 2
     if measured.empty:
-        result.skipped = "no request finished after the warm-up round"
+        result.skipped = "no request finished in the simulated benchmark"
         return result
+    result.measured_requests = len(measured)
     result.predicted_ttft_ms = float(measured["ttft_s"].mean() * 1e3)
     result.predicted_tpot_ms = float(measured["tpot_s"].mean() * 1e3)
     return result
@@ -210,18 +274,23 @@ def summarize(results: list[RowResult]) -> dict:
     for r in results:
         if r.timing_source:
             sources[r.timing_source] = sources.get(r.timing_source, 0) + 1
+    by_pools: dict[str, list[RowResult]] = {}
+    for r in disaggregated:
+        by_pools.setdefault(r.pools or "skipped before its pools were known", []).append(r)
     return {"all": _block(results), "aggregated": _block(aggregated), "disaggregated": _block(disaggregated),
+            "disaggregated_by_pools": {k: _block(rs) for k, rs in sorted(by_pools.items())},
             "groups": [{"system": s, "backend": b, "mode": m, **_block(rs)} for (s, b, m), rs in sorted(groups.items())],
             "timing_sources": dict(sorted(sources.items())),
             "skipped_reasons": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))}
 
 
 def check_rows(frame: pd.DataFrame, overrides: list[str] | None = None,
-               on_row: Callable[[RowResult], None] | None = None) -> list[RowResult]:
-    """Emulate every row of ``frame`` in order (``on_row`` is called after each)."""
+               on_row: Callable[[RowResult], None] | None = None, client_lengths: bool = False) -> list[RowResult]:
+    """Emulate every row of ``frame`` in order (``on_row`` is called after each;
+    ``client_lengths`` as for :func:`emulate_row`)."""
     results = []
     for row in frame.to_dict("records"):
-        result = emulate_row(row, overrides)
+        result = emulate_row(row, overrides, client_lengths)
         results.append(result)
         if on_row is not None:
             on_row(result)

@@ -87,6 +87,11 @@ class TierKind:
     host: bool = False
     #: ``shared: true`` may make the kind one store every instance reads (its capacity the whole store's).
     shareable: bool = False
+    #: Price of the kind's configured capacity, USD per GB-month: (hw, tier_cfg) -> price (a
+    #: scenario's ``cache.tiers.<name>.usd_per_gb_month`` overrides it). None: the kind has no
+    #: price, and a run charges its capacity at zero and says so (:func:`tier_price_usd_per_gb_month`).
+    #: Kinds that are not configured tiers (HBM, peer HBM) come with the GPUs and their GPU-hour price.
+    usd_per_gb_month: Callable[[Any, Any], float] | None = None
 
 
 #: Every tier kind by name, in the order results list them.
@@ -123,6 +128,24 @@ def host_tier(enabled: list[str] | tuple[str, ...]) -> str | None:
         if kind is not None and kind.host:
             return name
     return None
+
+
+def tier_price_usd_per_gb_month(name: str, hw: Any, tier_cfg: Any = None) -> float | None:
+    """Price of tier kind ``name``'s capacity in USD per GB-month: the tier's own
+    ``usd_per_gb_month`` if the scenario sets one, else the kind's rule; 0.0 for HBM and peer
+    HBM (paid with the GPU-hour price); None when neither gives one (an unknown kind, or a kind
+    registered without ``usd_per_gb_month``): the caller charges zero and must say so."""
+    override = getattr(tier_cfg, "usd_per_gb_month", None)
+    if override is not None:
+        return float(override)
+    kind = TIER_KINDS.get(name)
+    if kind is None:
+        return None
+    if not kind.lower:
+        return 0.0
+    if kind.usd_per_gb_month is None:
+        return None
+    return float(kind.usd_per_gb_month(hw, tier_cfg))
 
 
 def link_endpoints() -> dict[tuple[str, str], str]:
@@ -162,6 +185,7 @@ register_tier_kind(TierKind(
                     lambda hw, g, cfg: g * hw.d2h_bytes_per_s, lambda hw, cfg: hw.transfer_setup_s)),
     capacity_bytes=lambda hw, cfg, sharing: hw.dram_bytes_per_gpu * hw.gpus_per_instance * cfg.capacity_fraction,
     host=True,
+    usd_per_gb_month=lambda hw, cfg: hw.dram_usd_per_gb_month,   # sources: docs/experiments.md, "Memory prices"
 ))
 register_tier_kind(TierKind(
     "disk", "local NVMe drives of the tray, shared by its instances (staged through DRAM)",
@@ -179,6 +203,7 @@ register_tier_kind(TierKind(
     hardware_problem=lambda hw: ("a disk tier needs local NVMe drives, but hardware.nvme_drives_per_tray is 0"
                                  if hw.nvme_drives_per_tray == 0 else None),
     stages_through="dram",
+    usd_per_gb_month=lambda hw, cfg: hw.nvme_usd_per_gb_month,
 ))
 register_tier_kind(TierKind(
     "remote", "remote store over the network: one shared store link, each instance's NIC (staged through DRAM)",
@@ -195,7 +220,8 @@ register_tier_kind(TierKind(
     tier_link_fields=True,
     stages_through="dram",
     shareable=True,
+    usd_per_gb_month=lambda hw, cfg: hw.remote_usd_per_gb_month,
 ))
 
 __all__ = ["LinkSpec", "TIER_KINDS", "TierKind", "host_tier", "link_endpoints", "lower_tier_names", "register_tier_kind",
-           "tier_names", "unregister_tier_kind"]
+           "tier_names", "tier_price_usd_per_gb_month", "unregister_tier_kind"]

@@ -74,6 +74,9 @@ class RequestRecord:
     recomputed_cold_tokens: int = 0
     recomputed_evicted_tokens: int = 0
     recomputed_invalidated_tokens: int = 0
+    # Why a rejected call was not served (agentsim.cluster.serving.admission.REJECT_REASONS);
+    # "" for a served one.
+    reject_reason: str = ""
 
 
 @dataclass(slots=True)

@@ -3,7 +3,8 @@
 Conventions: percentiles are linear-interpolated (numpy default) over requests that arrived
 after the warm-up and were served (not rejected); beside them ``requests_rejected`` and
 ``rejected_fraction`` (rejected / measured requests) say how many requests the latency
-percentiles leave out, so a run that rejects its slowest requests cannot look fast unnoticed.
+percentiles leave out, so a run that rejects its slowest requests cannot look fast unnoticed;
+``requests_rejected_by_reason`` splits them by the requests' ``reject_reason``.
 ``hit_ratio`` is token-weighted: hit prompt tokens / prompt tokens of *every* measured request,
 a rejected prompt counting as all misses (its tokens are in ``rejected_prompt_tokens``; the
 cache never saw it, but the caller had to compute it elsewhere). SLA attainment counts a request
@@ -114,6 +115,14 @@ def summarize_requests(requests: pd.DataFrame, warmup_s: float, end_s: float | N
     return summary
 
 
+def _rejected_by_reason(measured: pd.DataFrame) -> dict[str, int]:
+    """Measured rejected requests by ``reject_reason`` (tables without the column: one "" reason)."""
+    rejected = measured[measured.rejected.astype(bool)]
+    if "reject_reason" not in rejected:
+        return {"": int(len(rejected))} if len(rejected) else {}
+    return {str(reason): int(count) for reason, count in sorted(rejected.reject_reason.value_counts().items())}
+
+
 def _summarize(requests: pd.DataFrame, warmup_s: float, end_s: float | None) -> dict:
     measured = requests[requests.arrival_s >= warmup_s]
     done = measured[~measured.rejected.astype(bool)]
@@ -131,6 +140,7 @@ def _summarize(requests: pd.DataFrame, warmup_s: float, end_s: float | None) -> 
         "requests_measured": int(len(done)),
         "requests_rejected": rejected,
         "rejected_fraction": rejected / len(measured) if len(measured) else float("nan"),
+        "requests_rejected_by_reason": _rejected_by_reason(measured),
         "prompt_tokens": prompt,
         "rejected_prompt_tokens": rejected_prompt,
         "output_tokens": int(done.output_tokens.sum()),

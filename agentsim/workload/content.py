@@ -5,9 +5,17 @@ full blocks get a key (only full blocks are cacheable). Keys are integers from o
 simulation, so equal keys mean equal prefixes: the global system prompt's blocks are shared by
 every session, a class's tools prefix by every session of that class, a parent's history by its
 sub-agents. A block that straddles a shared prefix and private text is private.
+
+A stream holds its keys in an ``array('q')``: 8 bytes a key, against a list's 8-byte pointer
+plus a 32-byte int object per key. Every key list the cache stores for the long term (radix
+runs, merged runs, requests' prompt slices) is a slice of a stream's keys, so it is an array
+too; slices of arrays compare with ``memcmp`` (faster than lists' element-wise compare). Keys
+must fit in a signed 64-bit int (the allocator's ids do).
 """
 
 from __future__ import annotations
+
+from array import array
 
 
 class KeyAllocator:
@@ -36,8 +44,8 @@ class KeyAllocator:
 class TokenStream:
     """A context of ``tokens`` tokens and the keys of its full blocks.
 
-    ``keys`` may be shared (copied) from another stream: extending or rewriting this stream
-    never changes the other one.
+    ``keys`` (an ``array('q')``) may be shared (copied) from another stream: extending or
+    rewriting this stream never changes the other one.
     """
 
     __slots__ = ("block_tokens", "tokens", "keys", "shared_blocks", "_alloc")
@@ -47,7 +55,7 @@ class TokenStream:
         self.block_tokens = block_tokens
         self._alloc = alloc
         self.tokens = prefix_tokens
-        self.keys = list(prefix_keys[: prefix_tokens // block_tokens])
+        self.keys = array("q", prefix_keys[: prefix_tokens // block_tokens])
         self.shared_blocks = len(self.keys) if shared_blocks is None else shared_blocks
         self._fill()
 
@@ -91,7 +99,7 @@ class TokenStream:
         child = TokenStream(self.block_tokens, self._alloc, self.keys, self.tokens, shared_blocks=len(self.keys))
         return child
 
-    def full_block_keys(self, tokens: int) -> list[int]:
+    def full_block_keys(self, tokens: int) -> array:
         """Keys of the full blocks within the first ``tokens`` tokens."""
         return self.keys[: tokens // self.block_tokens]
 

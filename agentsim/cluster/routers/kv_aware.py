@@ -53,7 +53,7 @@ class KvAware(Router):
 
     def __init__(self, instances, params=None, rng=None):
         super().__init__(instances, params, rng)
-        self.kv_indexer = KvIndexer()
+        self.kv_indexer = KvIndexer(n_workers=1 + max(inst.instance_id for inst in instances))
         self.kv_event_delay_s = self.params.event_delay_s
         self.block_tokens = max(inst.block_tokens for inst in instances)
         n = len(instances)

@@ -20,8 +20,15 @@ block the view does not hold (an orphan already reported) does nothing.
 
 Memory: the index holds every block resident on any worker, which in a long run of a cluster
 with large lower tiers is tens of millions. The masks are held in maps dense over the key
-allocator's ids (:class:`~agentsim.cache.key_map.DenseKeyMap`, one 8-byte word per 64 workers
-per key of the span) rather than a dict (about 100 bytes a key, plus an int object per mask).
+allocator's ids (:class:`~agentsim.cache.key_map.DenseKeyMap`, one word per 64 workers per key
+of the span) rather than a dict (about 100 bytes a key, plus an int object per mask). Told the
+number of workers, the last word is only as wide as its workers need (1, 2, 4 or 8 bytes): one
+rack's 18 workers cost 4 bytes a key, four racks' 72 cost 8 + 1.
+
+More than 64 workers: each word is bisected on its own (a worker's view is prefix-closed, so
+each word's masks shrink along the keys too) and the per-word answers are joined, so a lookup
+never assembles a wide mask key by key; a word that holds no worker with the first block costs
+one lookup.
 """
 
 from __future__ import annotations
@@ -32,9 +39,15 @@ from agentsim.cache.key_map import DenseKeyMap
 class KvIndexer:
     """block key -> bit mask of workers holding it, fed by :meth:`apply_stored` / :meth:`apply_removed`."""
 
-    def __init__(self) -> None:
+    def __init__(self, n_workers: int | None = None) -> None:
+        """``n_workers``: workers ``0 .. n_workers - 1`` may publish (the words are sized for
+        them; a worker beyond is an error); None: any worker number (8-byte words)."""
+        if n_workers is not None and n_workers <= 0:
+            raise ValueError("n_workers must be positive")
+        self.n_workers = n_workers
         #: Word ``w``: key -> bits of workers ``64 w .. 64 w + 63`` holding it (0: none).
-        self._words: list[DenseKeyMap] = [DenseKeyMap("Q")]
+        self._words: list[DenseKeyMap] = []
+        self._word(0 if n_workers is None else n_workers - 1)
         self.stored_events = 0
         self.removed_events = 0
 
@@ -50,9 +63,18 @@ class KvIndexer:
         return len(keys)
 
     def _word(self, worker: int) -> DenseKeyMap:
+        if self.n_workers is not None and not 0 <= worker < self.n_workers:
+            raise ValueError(f"worker {worker} outside the indexer's {self.n_workers} workers")
         while worker >> 6 >= len(self._words):
-            self._words.append(DenseKeyMap("Q"))
+            self._words.append(DenseKeyMap(self._typecode(len(self._words))))
         return self._words[worker >> 6]
+
+    def _typecode(self, index: int) -> str:
+        """Word ``index``'s array type: 8 bytes, or only as wide as its workers need."""
+        if self.n_workers is None:
+            return "Q"
+        bits = min(64, self.n_workers - 64 * index)
+        return "B" if bits <= 8 else "H" if bits <= 16 else "I" if bits <= 32 else "Q"
 
     def apply_stored(self, worker: int, keys: list[int]) -> None:
         """Worker ``worker`` now holds the blocks ``keys``."""
@@ -114,36 +136,47 @@ class KvIndexer:
 
     def overlap_blocks(self, keys: list[int]) -> dict[int, int]:
         """worker -> number of leading blocks of ``keys`` it holds (workers holding none omitted)."""
-        n = len(keys)
-        if n == 0:
+        if not len(keys):
             return {}
-        get = self._words[0].get if len(self._words) == 1 else self.holders
-        first = get(keys[0])
-        if not first:
-            return {}
+        words = self._words
+        if len(words) == 1:
+            return _word_overlaps(words[0], keys, 0, {})
         overlaps: dict[int, int] = {}
-        last = get(keys[n - 1]) & first
-        # Segments [lo, hi] whose end masks differ hold a change; equal end masks mean the whole
-        # segment has that mask (the mask only shrinks along the keys).
-        stack = [(0, first, n - 1, last)] if first != last else []
-        while stack:
-            lo, lo_mask, hi, hi_mask = stack.pop()
-            if hi - lo == 1:
-                dropped = lo_mask & ~hi_mask  # workers whose prefix ends with block lo
-                while dropped:
-                    low_bit = dropped & -dropped
-                    overlaps[low_bit.bit_length() - 1] = hi
-                    dropped ^= low_bit
-                continue
-            mid = (lo + hi) // 2
-            # Clamped between the ends, so a view that is not prefix-closed cannot loop or widen.
-            mid_mask = (get(keys[mid]) & lo_mask) | hi_mask
-            if mid_mask != lo_mask:
-                stack.append((lo, lo_mask, mid, mid_mask))
-            if mid_mask != hi_mask:
-                stack.append((mid, mid_mask, hi, hi_mask))
-        while last:
-            low_bit = last & -last
-            overlaps[low_bit.bit_length() - 1] = n
-            last ^= low_bit
+        for index, word in enumerate(words):
+            _word_overlaps(word, keys, 64 * index, overlaps)
         return overlaps
+
+
+def _word_overlaps(word: DenseKeyMap, keys, first_worker: int, overlaps: dict[int, int]) -> dict[int, int]:
+    """Add to ``overlaps`` (worker -> leading blocks of ``keys`` held) the workers of ``word``
+    (bit ``b`` is worker ``first_worker + b``); returns ``overlaps``."""
+    get = word.get
+    n = len(keys)
+    first = get(keys[0])
+    if not first:
+        return overlaps
+    last = get(keys[n - 1]) & first
+    # Segments [lo, hi] whose end masks differ hold a change; equal end masks mean the whole
+    # segment has that mask (the mask only shrinks along the keys).
+    stack = [(0, first, n - 1, last)] if first != last else []
+    while stack:
+        lo, lo_mask, hi, hi_mask = stack.pop()
+        if hi - lo == 1:
+            dropped = lo_mask & ~hi_mask  # workers whose prefix ends with block lo
+            while dropped:
+                low_bit = dropped & -dropped
+                overlaps[first_worker + low_bit.bit_length() - 1] = hi
+                dropped ^= low_bit
+            continue
+        mid = (lo + hi) // 2
+        # Clamped between the ends, so a view that is not prefix-closed cannot loop or widen.
+        mid_mask = (get(keys[mid]) & lo_mask) | hi_mask
+        if mid_mask != lo_mask:
+            stack.append((lo, lo_mask, mid, mid_mask))
+        if mid_mask != hi_mask:
+            stack.append((mid, mid_mask, hi, hi_mask))
+    while last:
+        low_bit = last & -last
+        overlaps[first_worker + low_bit.bit_length() - 1] = n
+        last ^= low_bit
+    return overlaps

@@ -3,8 +3,10 @@
 Cache protocol per request (order fixed, see the policies reference section 1.3): MATCH the
 prompt's blocks (path-touch) -> PIN the matched prefix -> RESERVE blocks for the new prompt and
 output tokens (may evict, never the pinned prefix) -> prefill/decode -> COMMIT -> UNPIN. A
-request that can never fit (more blocks than the cache holds) is rejected; one that does not
-fit now waits (FCFS, head of line).
+request that can never fit (more blocks than the cache holds) is rejected at once, with reason
+``kv_capacity``; one that does not fit now waits (FCFS, head of line). A waiting request that
+nothing will ever let in (a plugin that never frees its pins) is ended by the run's drain limit
+(:mod:`agentsim.engine.simulation`, reason ``drain_limit``), so no run waits for ever.
 
 :class:`PlainAdmission` serves a single-tier :class:`~agentsim.cache.radix.RadixCache`.
 :class:`TieredAdmission` serves a :class:`~agentsim.cache.tiers.TieredCache`: it sees the
@@ -28,6 +30,13 @@ from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.serving.batch import Running
 from agentsim.cluster.serving.movement import below_hbm_segments, tier_prefix_blocks
 from agentsim.cluster.serving.queue_causes import KV, LOAD, SLOT, STEP
+
+
+#: Why a call was not served, as ``LLMRequest.reject_reason`` and the requests table's
+#: ``reject_reason`` column say it: its prompt and output need more KV blocks than the instance
+#: holds (disaggregated: ``prefill_`` or ``decode_`` says which pool's worker), or it was still
+#: waiting or running when the run's drain limit ended the run.
+REJECT_REASONS = ("kv_capacity", "prefill_kv_capacity", "decode_kv_capacity", "drain_limit")
 
 
 def demand(req: LLMRequest, block_tokens: int) -> tuple[list[int], int, int]:
@@ -63,10 +72,11 @@ class Admission:
     def admit(self) -> int:
         raise NotImplementedError
 
-    def _reject(self, req: LLMRequest, now: float) -> None:
+    def _reject(self, req: LLMRequest, now: float, reason: str = "kv_capacity") -> None:
         if req.background:
             self.host.background_active -= 1
         req.rejected = True
+        req.reject_reason = reason
         req.finish_s = now
         self.host.on_finish(req)
 

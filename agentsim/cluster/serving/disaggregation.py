@@ -190,6 +190,7 @@ class DisaggregatedServing:
         yield leg.done
         if leg.rejected:
             call.rejected = True
+            call.reject_reason = f"prefill_{leg.reject_reason}"
             call.finish_s = leg.finish_s
             if self.on_rejected is not None:
                 self.on_rejected(call)
@@ -212,4 +213,6 @@ class DisaggregatedServing:
 
     def on_finish(self, call: LLMRequest) -> None:
         if call.prefill_worker >= 0:
+            if call.rejected and not call.reject_reason.startswith("decode_"):
+                call.reject_reason = f"decode_{call.reject_reason}"   # a decode worker refused it
             self.decode_router.on_finish(call)

@@ -33,6 +33,7 @@ from agentsim.cluster.serving.load_rules import CostModelRule, LoadRule
 from agentsim.cluster.serving.movement import load_along_path, stream_through
 from agentsim.cluster.serving.prefetch import Prefetcher
 from agentsim.cluster.serving.queue_causes import QueueCauses
+from agentsim.cluster.serving.recv_interval import RecvInterval
 from agentsim.cluster.serving.toolgap import ToolGapMover
 
 
@@ -63,7 +64,8 @@ class ServingInstance:
                  on_finish: Callable[[LLMRequest], None], check_invariants: bool = False,
                  links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None,
                  tiers_config=None, kv_rule: KvAdmissionRule | None = None, preemption: str = "recompute",
-                 long_prefill_tokens: int | None = None, mixed_prefill: bool = True):
+                 long_prefill_tokens: int | None = None, mixed_prefill: bool = True,
+                 rank_chunk_tokens: int | None = None, recv_interval_steps: int = 1):
         self.env = env
         self.instance_id = instance_id
         self.cache = cache
@@ -73,9 +75,14 @@ class ServingInstance:
         self.chunk_tokens = prefill_chunk_tokens
         #: Cap on one request's share of an iteration's budget while others prefill too (0: none).
         self.long_prefill_tokens = long_prefill_tokens or 0
+        #: Cap on one request's chunk in any iteration (attention DP: a chunk runs on one rank,
+        #: within that rank's budget; 0: none).
+        self.rank_chunk_tokens = rank_chunk_tokens or 0
         #: False: an iteration with prefill chunks is a prefill-only batch and the decoding
         #: requests wait it out (SGLang's scheduler); True: they take their step in it.
         self.mixed_prefill = mixed_prefill
+        #: SGLang's scheduler_recv_interval: arrivals wait for the next receive point (None: 1).
+        self.recv = RecvInterval(recv_interval_steps) if recv_interval_steps > 1 else None
         self.on_finish = on_finish
         self.check_invariants = check_invariants
         self.waiting: deque[LLMRequest] = deque()
@@ -146,7 +153,7 @@ class ServingInstance:
     def submit(self, request: LLMRequest) -> None:
         request.instance = self.instance_id
         request.queue_mark = self.queue_causes.mark(self.env.now)
-        self.waiting.append(request)
+        (self.waiting if self.recv is None else self.recv.unreceived).append(request)
         if self.prefetcher is not None:
             self.prefetcher.start(request)
         if not self._wakeup.triggered:
@@ -159,7 +166,7 @@ class ServingInstance:
 
     @property
     def load(self) -> int:
-        return len(self.waiting) + len(self.batch.running)
+        return len(self.waiting) + len(self.batch.running) + (len(self.recv) if self.recv is not None else 0)
 
     def requeue(self, request: LLMRequest) -> None:
         """Put a preempted request back at the front of the waiting queue (its own queue for a
@@ -317,7 +324,10 @@ class ServingInstance:
         decoding = batch.decoding
         growth = self.growth
         kv_stats = self.kv_stats
+        recv = self.recv
         while True:
+            if recv is not None and recv.unreceived:
+                self.waiting.extend(recv.take(idle=not batch.running))
             self._admit()
             decoding.flush()
             # Arrivals so far have been considered; only later ones should wake us.
@@ -348,6 +358,8 @@ class ServingInstance:
                     continue
             if prefilling:
                 yield from self._prefill_iteration(prefilling, cost)
+                if recv is not None:
+                    recv.on_prefill_iteration()
                 first_step_end_s = env.now
             else:
                 yield from self._decode_stretch(cost, covered)
@@ -394,6 +406,8 @@ class ServingInstance:
             n = budget if budget < state.prefill_left else state.prefill_left  # min(prefill_left, budget)
             if cap and n > cap:
                 n = cap
+            if self.rank_chunk_tokens and n > self.rank_chunk_tokens:
+                n = self.rank_chunk_tokens
             budget -= n
             chunks.append((state, n))
             work.append((n, state.context_tokens))
@@ -453,6 +467,10 @@ class ServingInstance:
         steps = decoding.min_output_left()
         if covered_steps and covered_steps < steps:
             steps = covered_steps
+        recv = self.recv
+        if recv is not None and recv.unreceived:
+            # Requests are waiting to be received: the stretch ends at the next receive point.
+            steps = min(steps, recv.steps_until_receive())
         start = env.now
         if self.first_token_waiters:
             self._first_step_end_s = start + cost.decode_stretch_s(n, context, 1)
@@ -463,8 +481,10 @@ class ServingInstance:
             if timeout not in result:
                 # A request arrived: finish the step in progress, then let it join.
                 done = cost.decode_steps_within(n, context, env.now - start)
-                if done + 1 < steps:  # steps = min(steps, done + 1)
-                    steps = done + 1
+                # It is received after the step in progress, or at the next receive point.
+                until = done + 1 if recv is None else recv.steps_until_receive(done)
+                if until < steps:
+                    steps = until
                 end = start + cost.decode_stretch_s(n, context, steps)
                 if end > env.now:
                     yield env.timeout(end - env.now)
@@ -474,3 +494,5 @@ class ServingInstance:
         self.iterations += steps
         decoding.clock += steps
         self.kv_rule.on_decode_steps(steps)
+        if recv is not None:
+            recv.on_decode_steps(steps)

@@ -19,7 +19,7 @@ It implements the same step-timer contract as :class:`~.tabulated.TabulatedTimer
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from agentsim.hardware.timing import linear_decode
@@ -68,6 +68,8 @@ class RooflineTimer:
     layer_floor_s: float = 0.0  # per layer per step (KERNEL_FLOOR_S_PER_LAYER)
     moe_efficiency: float = 1.0  # expert GEMMs' share of the MFU (MOE_GEMM_EFFICIENCY)
     source: str = "roofline"
+    _last: linear_decode.LastCoefficients = field(default_factory=linear_decode.LastCoefficients, init=False,
+                                                  repr=False, compare=False)
 
     # --- pieces -----------------------------------------------------------------------------
     def _weight_bytes(self, tokens: float) -> float:
@@ -124,9 +126,9 @@ class RooflineTimer:
         return first, growth if growth > 0 else 0.0
 
     def decode_stretch_s(self, n_decode: int, context_tokens: float, steps: int) -> float:
-        a, c = self._decode_linear(n_decode, context_tokens)
+        a, c = self._last.get(self._decode_linear, n_decode, context_tokens)
         return linear_decode.stretch_s(a, c, steps)
 
     def decode_steps_within(self, n_decode: int, context_tokens: float, elapsed_s: float) -> int:
-        a, c = self._decode_linear(n_decode, context_tokens)
+        a, c = self._last.get(self._decode_linear, n_decode, context_tokens)
         return linear_decode.steps_within(a, c, elapsed_s)

@@ -25,7 +25,10 @@ from agentsim.hardware.timing.roofline import (ENGINE_OVERHEAD_S, KERNEL_FLOOR_S
 from agentsim.hardware.timing.tables import StepTables, TimingDataUnavailable, load_or_build
 from agentsim.hardware.timing.tabulated import TabulatedTimer
 
-_BUILT: dict[Deployment, tuple[StepTables, list[str]] | TimingDataUnavailable] = {}
+#: Tables built per deployment, or the message of why none could be (a string, not the
+#: exception: re-raising one cached exception object chains every raise's traceback onto it,
+#: and those frames keep every simulation of the process alive).
+_BUILT: dict[Deployment, tuple[StepTables, list[str]] | str] = {}
 
 
 @dataclass(frozen=True)
@@ -94,10 +97,10 @@ def _tables(deployment: Deployment) -> tuple[StepTables, list[str]]:
         try:
             _BUILT[deployment] = _build_nearest(deployment)
         except TimingDataUnavailable as exc:
-            _BUILT[deployment] = exc
+            _BUILT[deployment] = str(exc)
     built = _BUILT[deployment]
-    if isinstance(built, TimingDataUnavailable):
-        raise built
+    if isinstance(built, str):
+        raise TimingDataUnavailable(built)
     return built
 
 

@@ -19,11 +19,13 @@ without the prefix or the decode context. Splitting it out this way prices a chu
 cached prefix, and decoding sequences with long contexts, as the measured kernels do.
 
 Tables are cached on disk (``$AGENTSIM_CACHE_DIR`` or ``~/.cache/agentsim/timing``), keyed by the
-deployment and the package version; a missing or corrupt cache file is rebuilt.
+deployment and the package version; a missing or corrupt cache file is rebuilt. A deployment
+they cannot time is cached as its message, so a fallback costs no rebuild per run either.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tempfile
@@ -225,8 +227,49 @@ def _count_ops(evaluate_one) -> int:
     return count
 
 
+def _rules_digest() -> str:
+    """Digest of this module's source: the build's checks (missing data, implausible tables)
+    live here, so a recorded refusal is only trusted by the code that made it."""
+    global _RULES_DIGEST
+    if _RULES_DIGEST is None:
+        _RULES_DIGEST = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    return _RULES_DIGEST
+
+
+_RULES_DIGEST: str | None = None
+
+
+def _unavailable_path(deployment: Deployment, version: str) -> Path:
+    return cache_dir() / f"{deployment.key(version)}-{_rules_digest()}.unavailable"
+
+
+def _recorded_refusal(path: Path) -> TimingDataUnavailable | None:
+    try:
+        message = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return TimingDataUnavailable(message) if message else None
+
+
+def _record_refusal(path: Path, exc: TimingDataUnavailable) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(str(exc))
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache directory only costs the failed build next time
+        pass
+
+
 def load_or_build(deployment: Deployment) -> StepTables:
-    """The cached tables of ``deployment``, built and cached on first use."""
+    """The cached tables of ``deployment``, built and cached on first use.
+
+    A deployment the databases cannot time is recorded too (a ``.unavailable`` file holding the
+    message, keyed also by this module's source) and raises the same TimingDataUnavailable
+    without compiling the engine again: compiling and probing a deployment that then fails costs
+    about a second per run, e.g. the FP8-attention attempt before the nearest-precision
+    substitution of the default scenario."""
     version = package_version()
     if version is None:
         raise TimingDataUnavailable(f"{PACKAGE} is not installed")
@@ -236,7 +279,15 @@ def load_or_build(deployment: Deployment) -> StepTables:
             return StepTables.load(path)
         except Exception:  # a truncated or foreign file: rebuild it
             pass
-    tables = build_tables(deployment)
+    refusal_path = _unavailable_path(deployment, version)
+    refusal = _recorded_refusal(refusal_path)
+    if refusal is not None:
+        raise refusal
+    try:
+        tables = build_tables(deployment)
+    except TimingDataUnavailable as exc:
+        _record_refusal(refusal_path, exc)
+        raise
     try:
         tables.save(path)
     except OSError:  # a read-only cache directory only costs the rebuild next time

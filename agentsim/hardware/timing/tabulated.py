@@ -12,8 +12,10 @@ The timer implements the serving instance's step-timer contract:
   mean context ``C``), exact for attention, whose cost is linear in the context.
 * ``prefill_s(new_tokens, context_tokens)``: the prefill alone, chunked as the instance would.
 
-With attention data parallelism (``attention_dp`` > 1) each rank serves a share of the
-sequences: the step is timed per rank with the tokens and sequences divided evenly.
+With attention data parallelism (``attention_dp`` > 1) each rank serves its own sequences: the
+decoding ones are divided evenly, but a prefilling sequence is on one rank, so a step with
+chunks takes its busiest rank's time (one 8K prompt on a DP-4 prefill worker is timed as 8K
+tokens on one rank, not 2K on each).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class TabulatedTimer:
 
     def __post_init__(self) -> None:
         self._non_attention, self._chunk, self._decode_attention, self._decode = self.tables.tables()
+        self._last = linear_decode.LastCoefficients()
 
     def iteration_s(self, chunks: Sequence[tuple[int, int]], n_decode: int, decode_context_tokens: float) -> float:
         dp = self.attention_dp
@@ -51,16 +54,38 @@ class TabulatedTimer:
                 return self.overhead_s
             per_rank = -(-n_decode // dp)
             return self._decode(per_rank, decode_context_tokens / n_decode) + self.overhead_s
-        tokens = n_decode
-        attention = 0.0
         chunk = self._chunk
-        for new, context in chunks:
-            tokens += new
-            attention += chunk(new, context)
-        total = self._non_attention(tokens / dp) + attention / dp
+        if dp == 1:
+            tokens = n_decode
+            attention = 0.0
+            for new, context in chunks:
+                tokens += new
+                attention += chunk(new, context)
+            total = self._non_attention(tokens) + attention
+        else:
+            total = self._busiest_rank_s(chunks, n_decode / dp)
         if n_decode > 0:
             total += self._decode_attention(-(-n_decode // dp), decode_context_tokens / n_decode)
         return total + self.overhead_s
+
+    def _busiest_rank_s(self, chunks: Sequence[tuple[int, int]], decode_tokens_per_rank: float) -> float:
+        """The prefill part of a step with attention DP: the slowest rank's. A prefilling
+        sequence lives on one rank (its attention and its tokens' projections run there), so
+        the chunks are placed longest first on the least-loaded rank; the decoding sequences
+        are spread evenly. The rank's context-free time is the table's at its tokens (the
+        expert GEMMs and their all-to-all wait for the busiest rank)."""
+        dp = self.attention_dp
+        chunk = self._chunk
+        if len(chunks) <= dp:   # a rank each
+            return max(self._non_attention(decode_tokens_per_rank + new) + chunk(new, context)
+                       for new, context in chunks)
+        rank_tokens = [decode_tokens_per_rank] * dp
+        rank_attention = [0.0] * dp
+        for new, context in sorted(chunks, key=lambda c: -c[0]):
+            rank = min(range(dp), key=rank_tokens.__getitem__)
+            rank_tokens[rank] += new
+            rank_attention[rank] += chunk(new, context)
+        return max(self._non_attention(t) + a for t, a in zip(rank_tokens, rank_attention))
 
     def prefill_s(self, new_tokens: int, context_tokens: int) -> float:
         total = 0.0
@@ -82,10 +107,10 @@ class TabulatedTimer:
 
     def decode_stretch_s(self, n_decode: int, context_tokens: float, steps: int) -> float:
         """Time of ``steps`` decode-only steps; the context grows by ``n_decode`` tokens a step."""
-        a, c = self._decode_linear(n_decode, context_tokens)
+        a, c = self._last.get(self._decode_linear, n_decode, context_tokens)
         return linear_decode.stretch_s(a, c, steps)
 
     def decode_steps_within(self, n_decode: int, context_tokens: float, elapsed_s: float) -> int:
         """Whole decode steps completed within ``elapsed_s`` (inverse of :meth:`decode_stretch_s`)."""
-        a, c = self._decode_linear(n_decode, context_tokens)
+        a, c = self._last.get(self._decode_linear, n_decode, context_tokens)
         return linear_decode.steps_within(a, c, elapsed_s)

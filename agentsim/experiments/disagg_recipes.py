@@ -1,0 +1,155 @@
+"""The deployments of the ``source_file=`` disaggregated rows, from InferenceX's benchmark recipes.
+
+906 ``mode: disagg`` rows of ``measured_runs.csv`` (those whose ``silicon_data_source`` starts
+``source_file=``) are InferenceX runs of Dynamo disaggregated deployments. Their export keeps
+each pool's ``tp_size`` and the prefill pool's expert split, but leaves ``prefill_num_workers``,
+``decode_num_workers`` and the batch sizes empty, writes ``attention_dp_size`` 1 on every row
+and copies the prefill pool's ``moe_ep_size`` into the decode pool's. What the run deployed is
+in InferenceX's ``nvidia-master.yaml``: one ``search-space`` entry per deployment, with each
+pool's ``num-worker``, ``tp``, ``ep`` and ``dp-attn``, the ``spec-decoding`` mode and the
+``conc-list`` it was run at. ``agentsim/data/inferencex_disagg_recipes.csv`` holds every such
+entry of every version of that file up to the measured-runs dump
+(``scripts/inferencex_disagg_recipes.py`` writes it).
+
+:func:`recipe_pools` finds a row's entry by what the row does say: model, system, engine,
+precision, ``isl``/``osl``, the concurrency (``silicon_concurrency``), the prefill pool's TP and
+expert split and the decode pool's TP. When several versions or entries match, the one in force
+on the row's ``measured=`` date is taken (else the first one after it: a run made before its
+recipe was merged). Entries running speculative decoding (``spec-decoding: mtp``) are not
+emulated (the simulator decodes one token per step). A row that matches both an MTP entry and one
+without, or several deployments of one version, is emulated as the first one without MTP and
+marked ``ambiguous``.
+
+A pool's worker is ``tp`` GPUs; with ``dp-attn`` its attention runs ``tp`` data-parallel ranks
+(TP 1 each), its experts ``ep``-way. The decode worker's most sequences is the recipe's
+``batchN`` (TensorRT-LLM's ``max_batch_size``, per attention-DP rank) when its file name gives
+one, else the clients spread evenly over the decode workers (every client holds a slot, as the
+benchmark's concurrency is chosen to fit). That assumption is what a row's TPOT tests: the
+decode step time at that batch is what TPOT measures.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+from importlib import resources
+
+import pandas as pd
+
+#: InferenceX runner name (before ``-multinode``/``-slurm``) -> the rows' ``system``.
+_SYSTEMS = {"gb200": "gb200", "gb300": "gb300", "b200": "b200_sxm", "b300": "b300_sxm",
+            "h200": "h200_sxm", "h100": "h100_sxm"}
+_BACKENDS = {"dynamo-trt": "trtllm", "dynamo-sglang": "sglang", "dynamo-vllm": "vllm"}
+#: InferenceX ``model-prefix`` -> ``model=`` of the rows' ``silicon_data_source``.
+_MODELS = {"dsr1": "DeepSeek-R1", "dsr1-fp8": "DeepSeek-R1", "DeepSeek-R1-0528": "DeepSeek-R1",
+           "gptoss": "GPT-OSS-120B", "kimik2.5": "Kimi-K2.5", "glm5": "GLM-5"}
+_FIELD = {name: re.compile(rf"{name}=([^;]+)") for name in ("model", "measured", "silicon_concurrency")}
+#: InferenceX's benchmark (srt-slurm's sa-bench, as its ``bench.sh`` runs it): a warm-up run of
+#: its own, then ``10 x concurrency`` prompts at once (``--request-rate inf
+#: --max-concurrency C``), every one of them in the reported means, the first burst included;
+#: prompt and output lengths uniform in ``[0.8 x isl, isl]`` and ``[0.8 x osl, osl]``
+#: (``--random-range-ratio 0.8``, SGLang's bench_serving semantics).
+SA_BENCH_ROUNDS = 10
+SA_BENCH_RANGE_RATIO = 0.8
+#: Why a row's pools are not rebuilt when its columns give a deployment's size, not a worker's.
+DEPLOYMENT_COLUMNS_REASON = ("prefill and decode columns give the deployment's GPUs (tp {tp} with attention_dp 1 "
+                             "and no expert split on both pools), not one worker's, and no recipe matches")
+
+
+#: The columns that make one deployment (two recipe rows with these equal deploy the same).
+_DEPLOYMENT = ("prefill_workers", "prefill_tp", "prefill_ep", "prefill_dp_attn", "decode_workers", "decode_tp",
+               "decode_ep", "decode_dp_attn", "decode_batch")
+
+
+class RecipeError(ValueError):
+    """No recipe gives this row's deployment; the message says why."""
+
+
+@lru_cache(maxsize=1)
+def recipes() -> pd.DataFrame:
+    """Every recipe entry (one row per deployment and concurrency), keyed as the rows are."""
+    text = resources.files("agentsim").joinpath("data/inferencex_disagg_recipes.csv").open().read()
+    import io
+
+    frame = pd.read_csv(io.StringIO(text), comment="#")
+    frame["system"] = frame["runner"].str.split("-").str[0].map(_SYSTEMS)
+    frame["backend"] = frame["framework"].map(_BACKENDS)
+    frame["model"] = frame["model_prefix"].map(_MODELS)
+    frame["date"] = frame["date"].astype(str)
+    # A pool of no workers is not a deployment (a few entries of early versions).
+    return frame[(frame["prefill_workers"] > 0) & (frame["decode_workers"] > 0)].reset_index(drop=True)
+
+
+def _field(row: dict, name: str) -> str | None:
+    found = _FIELD[name].search(str(row.get("silicon_data_source") or ""))
+    return found.group(1).strip() if found else None
+
+
+def _number(value) -> float | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or str(value).strip() == "":
+        return None
+    return float(value)
+
+
+def _pool(workers: int, tp: int, ep: int, dp_attn: bool, max_seqs: int | None) -> dict:
+    parallelism = ({"tp": 1, "pp": 1, "attention_dp": tp, "moe_tp": 1, "moe_ep": ep} if dp_attn
+                   else {"tp": tp, "pp": 1, "attention_dp": 1, "moe_tp": max(1, tp // ep), "moe_ep": ep})
+    entry = {"workers": workers, "gpus_per_worker": tp, "parallelism": parallelism}
+    if max_seqs:
+        entry["max_num_seqs"] = max_seqs
+    return entry
+
+
+def recipe_pools(row: dict, clients: int) -> tuple[dict, dict, dict]:
+    """``(prefill pool, decode pool, what was matched)`` for a row without worker counts, the
+    pools in the form of ``serving.disaggregation``; RecipeError when no recipe fits."""
+    model, measured = _field(row, "model"), (_field(row, "measured") or "")[:10]
+    key = {"system": str(row.get("system")).strip(), "backend": str(row.get("backend")).strip(), "model": model,
+           "precision": str(row.get("precision")).strip(), "isl": _number(row.get("isl")),
+           "osl": _number(row.get("osl")), "concurrency": clients,
+           "prefill_tp": _number(row.get("prefill_tp_size")), "prefill_ep": _number(row.get("prefill_moe_ep_size")),
+           "decode_tp": _number(row.get("decode_tp_size"))}
+    table = recipes()
+    found = table
+    for column, value in key.items():
+        found = found[found[column] == value]
+    # Early SGLang entries write "tp 1, ep 1, dp-attn" for every pool (the deployment was in the
+    # recipe file): attention DP over one rank describes no worker.
+    placeholder = (((found["prefill_tp"] == 1) & found["prefill_dp_attn"])
+                   | ((found["decode_tp"] == 1) & found["decode_dp_attn"]))
+    if not found.empty and placeholder.all():
+        raise RecipeError("the matching InferenceX entries give no parallelism (tp 1 with attention DP, "
+                          "the deployment was in their recipe files)")
+    found = found[~placeholder]
+    if found.empty:
+        tp = key["prefill_tp"]
+        if (tp is not None and tp >= 12 and tp == key["decode_tp"] and key["prefill_ep"] == 1
+                and _number(row.get("prefill_attention_dp_size")) in (None, 1.0)):
+            raise RecipeError(DEPLOYMENT_COLUMNS_REASON.format(tp=int(tp)))
+        raise RecipeError(f"no InferenceX recipe for {model} {key['precision']} on {key['system']} with {key['backend']}, "
+                          f"{int(key['isl'] or 0)}/{int(key['osl'] or 0)} tokens, {clients} clients, prefill tp "
+                          f"{int(key['prefill_tp'] or 0)} ep {int(key['prefill_ep'] or 0)}, decode tp {int(key['decode_tp'] or 0)}")
+    plain = found[found["spec_decoding"] == "none"]
+    if plain.empty:
+        raise RecipeError("the matching InferenceX recipe runs MTP speculative decoding (more than one token per "
+                          "decode step), which the simulator does not model")
+    # The version in force when the row was measured, else the first one after it.
+    before = plain[plain["date"] <= measured] if measured else plain.iloc[0:0]
+    commit = before.iloc[-1]["commit"] if not before.empty else plain.iloc[0]["commit"]
+    in_force = plain[plain["commit"] == commit].drop_duplicates(list(_DEPLOYMENT))
+    # Several deployments of one version (or one with MTP) fit what the row says: the first is
+    # taken, and the row is reported as ambiguous.
+    ambiguous = len(in_force) > 1 or len(plain) < len(found)
+    chosen = in_force.iloc[0]
+    batch = _number(chosen["decode_batch"])
+    decode_workers = int(chosen["decode_workers"])
+    decode_ranks = int(chosen["decode_tp"]) if bool(chosen["decode_dp_attn"]) else 1
+    decode_seqs = int(batch) * decode_ranks if batch else math.ceil(clients / decode_workers)
+    prefill = _pool(int(chosen["prefill_workers"]), int(chosen["prefill_tp"]), int(chosen["prefill_ep"]),
+                    bool(chosen["prefill_dp_attn"]), None)
+    decode = _pool(decode_workers, int(chosen["decode_tp"]), int(chosen["decode_ep"]), bool(chosen["decode_dp_attn"]),
+                   decode_seqs)
+    info = {"config": chosen["config"], "commit": chosen["commit"], "recipe": chosen["recipe"],
+            "ambiguous": ambiguous, "decode_batch_from": "recipe" if batch else "clients / decode workers"}
+    return prefill, decode, info

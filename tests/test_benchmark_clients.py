@@ -1,0 +1,83 @@
+"""How check-timing emulates the benchmark client behind a measured row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from agentsim.engine.loading import scenario_from_dict
+from agentsim.engine.simulation import run_scenario
+from agentsim.experiments.benchmark_clients import (FIXED_LENGTHS, INFERENCEX, MEASURED_REQUESTS_PER_CLIENT,
+                                                    client_protocol, length_spec)
+from agentsim.experiments.benchmark_rows import read_rows, row_scenario
+from agentsim.experiments.timing_check import _measured_requests, _with_client_lengths, _with_engine_kv
+from tests.test_check_timing import SAMPLE
+
+
+def test_the_source_column_names_the_client():
+    eval_row = {"silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/data/h200_sxm/vllm/0.12.0/a.csv"}
+    assert client_protocol(eval_row) is FIXED_LENGTHS
+    sweep_row = {"silicon_data_source": "db-dump/2026-04-27; config_id=732; silicon_concurrency=8"}
+    assert client_protocol(sweep_row) is INFERENCEX and INFERENCEX.length_low_fraction == 0.8
+    assert client_protocol({}) is INFERENCEX
+
+
+def test_lengths_are_the_integers_benchmark_serving_draws():
+    assert length_spec(1024, FIXED_LENGTHS) == 1024
+    spec = length_spec(1000, INFERENCEX)
+    from pydantic import TypeAdapter
+
+    from agentsim.config.distributions import DistributionSpec
+    from agentsim.workload.distributions import build
+
+    sampler = build(TypeAdapter(DistributionSpec).validate_python(spec))
+    values = sampler.sample(np.random.default_rng(0), 20000)
+    assert values.min() == 800 and values.max() == 1000 and np.all(values == np.round(values))
+    # np.random.randint(800, 1001): every integer equally likely, the end points included.
+    counts = pd.Series(values).value_counts()
+    assert len(counts) == 201 and counts.max() < 3 * counts.min()
+    assert abs(values.mean() - 900) < 2
+
+
+def test_the_measured_requests_are_the_first_ten_per_client_burst_included():
+    clients = 4
+    finished = pd.DataFrame({"request_id": range(60), "arrival_s": np.arange(60) // clients * 1.0,
+                             "ttft_s": np.where(np.arange(60) < clients, 1.0, 0.1)})
+    wanted = MEASURED_REQUESTS_PER_CLIENT * clients
+    measured = _measured_requests(finished, clients, INFERENCEX)
+    assert len(measured) == wanted and measured["request_id"].tolist() == list(range(wanted))
+    assert np.isclose(measured["ttft_s"].mean(), (clients * 1.0 + (wanted - clients) * 0.1) / wanted)  # burst counts
+    # Until one more round has finished, an early request may still be running: not yet.
+    assert _measured_requests(finished.iloc[: wanted + clients - 1], clients, INFERENCEX) is None
+    assert len(_measured_requests(finished.iloc[:10], clients, INFERENCEX, partial=True)) == 10
+    # Disaggregated rows (no protocol): the warm-up round is left out.
+    assert _measured_requests(finished, clients, None)["request_id"].min() == clients
+
+
+def test_client_lengths_reach_the_simulated_requests():
+    frame = read_rows(SAMPLE)
+    row = frame[(frame["mode"] == "agg") & (frame["isl"] <= 2048)].iloc[0].to_dict()
+    isl, osl = int(row["isl"]), int(row["osl"])
+    data = _with_engine_kv(_with_client_lengths(row_scenario(row), INFERENCEX, isl, osl))
+    data["duration_s"] = 60.0  # 4 clients of 1024 + 1024 tokens: about 10 s a round
+    requests = run_scenario(scenario_from_dict(data, source="test")).tables["requests"]
+    done = requests[~requests["rejected"]]
+    assert len(done) >= 12
+    assert done["prompt_tokens"].between(int(0.8 * isl), isl).all() and done["prompt_tokens"].nunique() > 1
+    assert done["output_tokens"].between(int(0.8 * osl), osl).all() and done["output_tokens"].nunique() > 1
+
+
+def test_sglang_recipes_set_the_scheduling_flags_the_benchmark_ran_with():
+    from agentsim.experiments.benchmark_recipes import recipe_serving
+
+    sweep = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=8; image=lmsysorg/sglang:v0.5.9-cu130"
+    row = {"backend": "sglang", "model_path": "nvidia/DeepSeek-R1-0528-NVFP4-v2", "system": "b200_sxm",
+           "precision": "fp4", "silicon_data_source": sweep}
+    assert recipe_serving(row, 8, 8) == {"scheduler_recv_interval": 10, "max_num_batched_tokens": 16384}
+    assert recipe_serving(row, 16, 8) == {"scheduler_recv_interval": 30, "max_num_batched_tokens": 16384}
+    fp8_tp4 = {**row, "model_path": "deepseek-ai/DeepSeek-R1", "precision": "fp8"}
+    assert recipe_serving(fp8_tp4, 32, 4)["scheduler_recv_interval"] == 10
+    assert recipe_serving({**row, "system": "h200_sxm", "precision": "fp8"}, 32, 8) == {"max_num_batched_tokens": 32768}
+    assert recipe_serving({**row, "backend": "vllm"}, 8, 8) == {}
+    assert recipe_serving({**row, "silicon_data_source": "source_file=/x/aic-auto-gap-analysis/y.csv"}, 8, 8) == {}
+    assert recipe_serving({**row, "model_path": "someone/Other-7B"}, 8, 8) == {}
