@@ -50,6 +50,8 @@ class Belady(KeyedLeafPolicy):
         self._bounds: list[int] = [0]
         self._positions: list[int] = []
         self.position = -1
+        self._victim = None      # the node pop_victim returned last, and its heap key's first element
+        self._victim_use = _NEVER_KEY
 
     def set_future(self, requests: Sequence[Sequence[int]]) -> None:
         """Index every key's uses: ``_positions[_bounds[s]:_bounds[s + 1]]`` are the distinct
@@ -106,9 +108,13 @@ class Belady(KeyedLeafPolicy):
             hi = bounds[first_slot + 1]
             i = bisect.bisect_right(positions, position, bounds[first_slot], hi)
             first_use = positions[i] if i < hi else NEVER
-            hi = bounds[last_slot + 1]
-            i = bisect.bisect_right(positions, position, bounds[last_slot], hi)
-            last = positions[i] if i < hi else NEVER
+            if node is self._victim:  # its heap key holds -next_use(deepest), current (just popped)
+                last = -self._victim_use if self._victim_use != _NEVER_KEY else NEVER
+                self._victim = None   # once: the trim that follows changes the deepest block
+            else:
+                hi = bounds[last_slot + 1]
+                i = bisect.bisect_right(positions, position, bounds[last_slot], hi)
+                last = positions[i] if i < hi else NEVER
         else:
             next_use = self.next_use
             first_use, last = next_use(keys[lo]), next_use(keys[-1])
@@ -175,6 +181,31 @@ class Belady(KeyedLeafPolicy):
             self._compact_heap()
 
     on_insert = on_access = on_candidate = _push_if_evictable
+
+    def pop_victim(self, now_s):
+        """KeyedLeafPolicy's pop, keeping the victim's heap key: its first element is minus the
+        next use of the victim's deepest block, which :meth:`victim_tail_blocks` (asked next,
+        for this victim) then need not look up again."""
+        heap = self._heap
+        heappop = heapq.heappop
+        plain = self._plain_leaf_rule
+        is_evictable = self.cache.is_evictable
+        while heap:
+            item = heappop(heap)
+            node = item[-1]
+            if item[-2] != node.heap_version:
+                continue
+            if plain:  # RadixCache.is_evictable, inlined
+                evictable = node.alive and not node.lock_ref and not node.children and node.parent is not None
+            else:
+                evictable = is_evictable(node)
+            if evictable:
+                node.heap_version += 1  # re-arm: the cache may trim only part of the node and keep it
+                self._victim, self._victim_use = node, item[0]
+                return node
+        if not heap:
+            self._heap = []
+        return None
 
     def on_split(self, upper, lower):
         self._push_if_evictable(upper)
