@@ -155,3 +155,25 @@ def test_the_drain_limit_is_checked_and_named(small_scenario_yaml):
     with pytest.raises(InputError, match=r"limits\.max_drain_s"):
         load_scenario(small_scenario_yaml, ["limits.max_drain_s=-1s"])
     assert load_scenario(small_scenario_yaml).limits.max_drain_s == 3600.0
+
+
+def test_a_trace_still_arriving_after_the_drain_limit_is_replayed_whole(tmp_path):
+    """A timed replay's calls arrive when the trace says, long after ``duration_s``: the drain
+    runs from the last call issued, so a trace spanning hours is replayed whole, not cut one
+    ``max_drain_s`` after ``duration_s``."""
+    import json
+
+    from agentsim.replay.timed import run_timed_replay
+
+    hour_ms = 3_600_000
+    trace = tmp_path / "sparse.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": t, "input_length": 1000, "output_length": 20,
+                                         "hash_ids": list(range(i * 3, i * 3 + 2))}) + "\n"
+                             for i, t in enumerate([0, 2 * hour_ms, 5 * hour_ms])))
+    result = run_timed_replay(trace, mode="open-loop", capacity_blocks=1000)
+    table = result.tables["requests"]
+    assert len(table) == 3 and not table.rejected.any()
+    assert result.summary["calls_cut_at_drain_limit"] == 0
+    assert sorted(table.arrival_s) == [0.0, 7200.0, 18000.0]
+    # The limit moved with the calls: it lies past the last one issued.
+    assert result.summary["drain_limit_s"] > 18000.0

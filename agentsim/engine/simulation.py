@@ -183,7 +183,8 @@ class Simulation:
         # wait on gaps after which they would not call again, so the run is over.
         self.finished = self.env.event()
         # ... or once the drain limit passed: calls still in flight then are rejected (drain_limit).
-        self.drain = DrainLimit(self.env, scenario, self.request_records.append, self._finish_now)
+        self.drain = DrainLimit(self.env, scenario, self.request_records.append, self._finish_now,
+                                lambda: self.driver.finished_issuing())
         self._last_sample_s = -math.inf
         self.check_invariants = scenario.run.check_invariants
         self.stop_request: StopRequest | None = None
