@@ -63,7 +63,7 @@ def test_driver_gives_requests_their_agent_and_the_pause_the_trace_records(mode)
     kinds = set()
     for request in issued:
         trace = calls[request.agent_class].pop(0)
-        assert trace.block_keys.tolist() == request.prompt_keys
+        assert list(trace.block_keys) == list(request.prompt_keys)
         owner, kind, gap_s = expected[(trace.agent_id, trace.turn)]
         assert agents.setdefault(owner, request.agent_id) == request.agent_id  # one id per agent
         assert request.next_gap_kind == kind, (trace.agent_id, trace.turn)
