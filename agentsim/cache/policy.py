@@ -250,6 +250,12 @@ class KeyedLeafPolicy(EvictionPolicy):
         self._push_if_evictable(lower)
 
     def pop_victim(self, now_s):
+        item = self._pop_evictable_item()
+        return None if item is None else item[-1]
+
+    def _pop_evictable_item(self):
+        """Pop heap items until one names a live, evictable node; return that item (its node
+        re-armed: the cache may trim only part of the node and keep it), or None."""
         heap = self._heap
         is_evictable = self.cache.is_evictable
         heappop = heapq.heappop
@@ -264,9 +270,8 @@ class KeyedLeafPolicy(EvictionPolicy):
             else:
                 evictable = is_evictable(node)
             if evictable:
-                # Re-arm: the cache may trim only part of the node and keep it.
                 node.heap_version += 1
-                return node
+                return item
         if len(heap) == 0:
             self._heap = []
         return None

@@ -186,26 +186,12 @@ class Belady(KeyedLeafPolicy):
         """KeyedLeafPolicy's pop, keeping the victim's heap key: its first element is minus the
         next use of the victim's deepest block, which :meth:`victim_tail_blocks` (asked next,
         for this victim) then need not look up again."""
-        heap = self._heap
-        heappop = heapq.heappop
-        plain = self._plain_leaf_rule
-        is_evictable = self.cache.is_evictable
-        while heap:
-            item = heappop(heap)
-            node = item[-1]
-            if item[-2] != node.heap_version:
-                continue
-            if plain:  # RadixCache.is_evictable, inlined
-                evictable = node.alive and not node.lock_ref and not node.children and node.parent is not None
-            else:
-                evictable = is_evictable(node)
-            if evictable:
-                node.heap_version += 1  # re-arm: the cache may trim only part of the node and keep it
-                self._victim, self._victim_use = node, item[0]
-                return node
-        if not heap:
-            self._heap = []
-        return None
+        item = self._pop_evictable_item()
+        if item is None:
+            return None
+        node = item[-1]
+        self._victim, self._victim_use = node, item[0]
+        return node
 
     def on_split(self, upper, lower):
         self._push_if_evictable(upper)
