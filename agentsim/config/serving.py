@@ -93,6 +93,10 @@ class ServingConfig(Strict):
         None, gt=0, description="most tokens one prefilling request takes of an iteration's budget while another request "
                                 "is prefilling too, so a short prompt is not held behind a long cold one (vLLM's "
                                 "long_prefill_token_threshold with partial prefills); absent: chunks first come first served")
+    schedule_ahead: bool | None = Field(
+        None, description="the scheduler forms each step while the one before runs (vLLM's async scheduling, SGLang's "
+                          "overlap schedule, TensorRT-LLM's overlap scheduler), so a request arriving during a step "
+                          "joins the step after next; absent: the engine's (on for all three)")
     scheduler_recv_interval: int = Field(
         1, gt=0, le=10000, description="sglang: the scheduler takes new requests only every N decode steps (at once after a "
                                       "prefill batch or when idle; SGLang's --scheduler-recv-interval, default 1)")
@@ -118,6 +122,11 @@ class ServingConfig(Strict):
         """Whether prefill chunks and decode steps share iterations (``mixed_prefill``, else the
         engine's default: SGLang runs prefill batches apart from decode batches)."""
         return self.mixed_prefill if self.mixed_prefill is not None else self.engine != "sglang"
+
+    def schedules_ahead(self) -> bool:
+        """Whether the scheduler runs one step ahead (``schedule_ahead``, else the engine's
+        default: vLLM, SGLang and TensorRT-LLM all do; agentsim.cluster.serving.step_ahead)."""
+        return self.schedule_ahead if self.schedule_ahead is not None else True
 
     def batch_requests(self) -> int:
         """Most requests in one batch (``max_num_seqs`` over ``max_batch_requests``)."""
