@@ -61,3 +61,22 @@ def test_loss_record_matches_a_dict_per_instance(seed):
     for instance in range(n_instances):
         assert record._tiers_lost(instance, probe) == [model[instance].get(k, 0) for k in probe], instance
     assert len(record._layers) == DENSE_LAYERS and record._spill     # every path was taken
+
+
+def test_the_first_layer_grows_from_the_oldest_live_key():
+    """Losses of a few keys of each new range, while agents end behind them: the dense span must
+    grow from the oldest live key, not double over the dead keys below it (the soak's mid-day
+    rise: purges follow the record's count, which stays low when few keys of the span are lost)."""
+    record = _classifier(1)
+    window = 2000                                  # keys behind the newest that a live agent can send
+    oldest = [1]
+    record.key_horizon = lambda: (oldest[0], set())
+    largest_span = 0
+    for start in range(1, 400_000, 100):
+        oldest[0] = max(1, start - window)
+        record._record(0, list(range(start, start + 100, 10)), 0)     # a tenth of each range is lost
+        largest_span = max(largest_span, len(record._layers[0].values))
+    assert largest_span <= 4 * window + 1024        # doubling over ~4,100 dead keys per purge: 65,536
+    recent = list(range(400_000 - window, 400_000))
+    assert record._tiers_lost(0, recent) == [1 if k % 10 == 1 else 0 for k in recent]
+

@@ -109,6 +109,14 @@ class RecomputeClassifier:
                     values[i] = code
                     continue
             else:
+                if self.key_horizon is not None and first.grows_for(key):
+                    # Drop the dead keys below the oldest live one before the span doubles:
+                    # otherwise it doubles over them (purges follow the count, not the span).
+                    first.count += added
+                    added = 0
+                    self._purge()
+                    values, base = first.values, first.base
+                    size = len(values)
                 held = first.get(key)
                 if not held or held >> _TIER_BITS == owner:
                     first.count += added      # set() may re-base, which reads the count
