@@ -98,8 +98,11 @@ class Ghost:
         member = self._member
         for key in keys:  # faster than OrderedDict.update; a present key keeps its place
             member[key] = None
-        if len(member) > self.capacity_blocks:
-            self.trim(self.capacity_blocks)
+        excess = len(member) - self.capacity_blocks
+        if excess == 1:  # trim(capacity_blocks), inlined for its most frequent case
+            member.popitem(False)
+        elif excess > 1:
+            deque(map(member.popitem, repeat(False, excess)), maxlen=0)
 
     def trim(self, limit_blocks: int) -> None:
         """Drop the oldest keys (of a batch, the deepest: evicted first) down to ``limit_blocks``."""
@@ -247,7 +250,14 @@ class QueuePolicy(EvictionPolicy):
             self._on_touch(node, hit, now_s)
 
     def on_candidate(self, node):
-        self._push_if_eligible(node)
+        # _push_if_eligible with the heap push inlined (it runs after every eviction and unpin);
+        # a policy with its own _push (SIEVE) overrides this hook too.
+        entry = node.policy_data
+        if (entry is not None and entry.queue is not None and entry.pushed != entry.ver and node.alive
+                and not node.lock_ref and node.parent is not None and not (self._leaf_only and node.children)):
+            entry.ver = entry.pushed = ver = entry.ver + 1
+            seq, neg_start, node_id = entry.key
+            heapq.heappush(entry.queue.heap, (seq, neg_start, node_id, ver, node))
 
     def on_release(self, node):
         if self.mode != "leaf_only":
@@ -284,7 +294,11 @@ class QueuePolicy(EvictionPolicy):
             self._on_trimmed(node, blocks)
             self._on_removed(node, node.keys[-blocks:], queue, reason)
             return
-        queue = self._detach(node)
+        queue = entry.queue  # _detach, inlined
+        if queue is not None:
+            queue.blocks -= len(node.keys)
+            entry.queue = None
+            entry.ver += 1
         self._on_removed(node, node.keys, queue, reason)
 
     # --- the decision ---------------------------------------------------------------------

@@ -193,13 +193,15 @@ class InferCept(PinWrapper):
     def trim_in_place(self) -> bool:  # read by the cache at each partial eviction
         return self._trim_when_idle and not self._pending and not self._discarded
 
+    # PinWrapper's properties with the discards' condition, spelled out (read before every
+    # path-touch: one property frame instead of two).
     @property
     def access_leaf_only(self) -> bool:
-        return not self._discarded and PinWrapper.access_leaf_only.fget(self)
+        return not self._discarded and not self._released and self.base.access_leaf_only
 
     @property
     def access_evictable_only(self) -> bool:
-        return not self._discarded and PinWrapper.access_evictable_only.fget(self)
+        return not self._discarded and not self._released and self.base.access_evictable_only
 
     def pop_victim(self, now_s):
         if self._discarded:

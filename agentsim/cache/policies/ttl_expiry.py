@@ -111,6 +111,7 @@ class TTLExpiry(_Delegate):
         super().__init__(params)
         self.ttl_s = self.params.ttl_s
         self._refresh = self.params.refresh_on_hit
+        self._never_expires = math.isinf(self.ttl_s)
         self._deadlines: list = []  # (deadline_s, node_id, node)
         self.expired_blocks = 0
         self._plain_leaf_rule = False
@@ -137,7 +138,7 @@ class TTLExpiry(_Delegate):
         return (node.last_access_s if self._refresh else node.created_s) + self.ttl_s
 
     def _arm(self, node):
-        if math.isinf(self.ttl_s):
+        if self._never_expires:
             return
         if self._plain_leaf_rule:  # _evictable, inlined: this runs for every notification
             if not (node.alive and not node.lock_ref and not node.children and node.parent is not None):

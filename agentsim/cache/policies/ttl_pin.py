@@ -194,14 +194,14 @@ class PinWrapper(_Delegate):
     def on_access(self, node, now_s, hit=False):
         if self._released:
             self._released.pop(_node(node), None)
-        super().on_access(node, now_s, hit)
+        self.base.on_access(node, now_s, hit)  # _Delegate's forwarding, one frame less
 
     def on_split(self, upper, lower):
         if self._released:
             reason = self._released.get(_node(lower))
             if reason is not None:
                 self._released[_node(upper)] = reason
-        super().on_split(upper, lower)
+        self.base.on_split(upper, lower)
 
     def on_remove(self, node, blocks, reason):
         if self._released:
@@ -214,7 +214,7 @@ class PinWrapper(_Delegate):
                 # part of a split inherits it.
                 if not n.alive or (reason != "capacity" and n is not node):
                     self._released.pop(n, None)
-        super().on_remove(node, blocks, reason)
+        self.base.on_remove(node, blocks, reason)
 
     def counters(self):
         return {

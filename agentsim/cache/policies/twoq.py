@@ -34,6 +34,7 @@ class TwoQ(QueuePolicy):
         self.am = Queue("am")
         self.a1out: Ghost | None = None
         self._ghost_hits: set[int] = set()
+        self._admitted_whole = False  # the last insert went to A1in whole (see restamp_is_noop)
 
     def bind(self, cache):
         super().bind(cache)
@@ -49,7 +50,9 @@ class TwoQ(QueuePolicy):
         hits = self._ghost_hits
         if not hits or hits.isdisjoint(node.keys):  # the common case, without the split machinery
             self._place(node, self.a1in)
+            self._admitted_whole = True
             return
+        self._admitted_whole = False
         for part, was_ghost in split_by_membership(self.cache, node, hits):
             if part.policy_data is None:
                 part.policy_data = type(node.policy_data)()
@@ -61,6 +64,26 @@ class TwoQ(QueuePolicy):
         entry = node.policy_data
         if entry is not None and entry.queue is self.am:
             self._place(node, self.am)
+
+    def restamp_is_noop(self, node) -> bool:
+        """Whether the insert's re-stamp in RadixCache.serve would change no order (see
+        EvictionPolicy.restamp_is_noop); if so, renew the entries' versions as it would.
+
+        The re-stamp moves each Am run of the path to Am's MRU end, new node first; an A1in
+        run does not move. The match of the same request just moved the path's Am runs there
+        in that order, and nothing entered Am since if the new node went to A1in whole
+        (evictions place nothing): the runs are already in their re-stamped order. The path is
+        pinned, so the moves would push nothing, only renew versions.
+        """
+        if not self._admitted_whole:
+            return False
+        am = self.am
+        while node.parent is not None:
+            entry = node.policy_data
+            if entry is not None and entry.queue is am:
+                entry.ver += 1
+            node = node.parent
+        return True
 
     def _select(self, now_s):
         if self.a1in.blocks > self.kin:
