@@ -47,7 +47,7 @@ def test_single_draws_equal_the_array_path_bit_for_bit(raw):
         assert single.random() == batch.random()
 
 
-@pytest.mark.parametrize("raw", [f for f in FAMILIES if f["dist"] in ("exponential", "lognormal", "gamma")],
+@pytest.mark.parametrize("raw", [f for f in FAMILIES if f["dist"] in ("exponential", "lognormal", "gamma", "uniform")],
                          ids=lambda f: f["dist"])
 def test_direct_families_draw_what_scipy_rvs_draws(raw):
     sampler = build(SPEC.validate_python({k: v for k, v in raw.items() if k not in ("min", "max")}))

@@ -194,7 +194,10 @@ def build(spec: _Spec) -> Sampler:
     if isinstance(spec, Pareto):
         return _ScipySampler(spec, lambda stats: stats.pareto(b=spec.shape, loc=spec.loc, scale=spec.scale))
     if isinstance(spec, Uniform):
-        return _ScipySampler(spec, lambda stats: stats.uniform(loc=spec.low, scale=spec.high - spec.low))
+        # scipy's uniform draws ``random_state.uniform(0.0, 1.0, size)`` and maps it affinely.
+        width = spec.high - spec.low
+        return _DirectSampler(spec, lambda stats: stats.uniform(loc=spec.low, scale=width),
+                              lambda rng, size: rng.uniform(0.0, 1.0, size), width, spec.low)
     if isinstance(spec, Empirical):
         return _EmpiricalSampler(spec)
     if isinstance(spec, Mixture):
