@@ -89,6 +89,9 @@ class ServingInstance:
         #: A receive interval has receive points of its own and takes its place.
         self.ahead = StepAhead() if schedule_ahead and self.recv is None else None
         self.on_finish = on_finish
+        #: ``(request) -> None`` called once when a request's first token is out (set by the
+        #: router that places requests here, if it tracks first tokens; None: nobody listens).
+        self.on_first_token = None
         self.check_invariants = check_invariants
         self.waiting: deque[LLMRequest] = deque()
         #: Background prefills (prefill-ahead): admitted only when no live request waits.
@@ -274,6 +277,8 @@ class ServingInstance:
             else:  # overlapped prefill already finished: first token now
                 if req.first_token_s != req.first_token_s:
                     req.first_token_s = now
+                    if self.on_first_token is not None:
+                        self.on_first_token(req)
                 state.output_left -= 1
                 state.context_tokens += 1
             self.batch.decoding.pending.append(state)  # joins after the iteration in progress, if any
@@ -397,6 +402,8 @@ class ServingInstance:
                 req = state.req
                 req.first_token_s = first_step_end_s
                 req.decode_first_step_s = first_step_end_s - (req.prefill_done_s + req.decode_queue_s + req.kv_transfer_s)
+                if self.on_first_token is not None:
+                    self.on_first_token(req)
             else:
                 waiting.append(state)
         self.first_token_waiters = waiting
@@ -455,6 +462,8 @@ class ServingInstance:
                 if state.loaded:
                     if state.req.first_token_s != state.req.first_token_s:   # nan: none yet
                         state.req.first_token_s = now
+                        if self.on_first_token is not None:
+                            self.on_first_token(state.req)
                     state.output_left -= 1
                     state.context_tokens += 1
                     decoding.add(state)
