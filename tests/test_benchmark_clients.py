@@ -81,3 +81,21 @@ def test_sglang_recipes_set_the_scheduling_flags_the_benchmark_ran_with():
     assert recipe_serving({**row, "backend": "vllm"}, 8, 8) == {}
     assert recipe_serving({**row, "silicon_data_source": "source_file=/x/aic-auto-gap-analysis/y.csv"}, 8, 8) == {}
     assert recipe_serving({**row, "model_path": "someone/Other-7B"}, 8, 8) == {}
+
+
+def test_tensorrt_llm_recipes_set_the_step_token_budget_they_launched_with():
+    from agentsim.experiments.benchmark_recipes import recipe_serving
+
+    def source(date):
+        return f"source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=8; measured={date}T00:00:00.000Z"
+    row = {"backend": "trtllm", "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "precision": "fp4",
+           "isl": 1024, "silicon_data_source": source("2025-11-02")}
+    # One whole prompt beside every decoding request: (8 + 1024 + 64) rounded up to 64.
+    assert recipe_serving(row, 8, 8) == {"max_num_batched_tokens": 1152}
+    assert recipe_serving({**row, "isl": 8192}, 32, 8) == {"max_num_batched_tokens": 8320}
+    # From 2026-01-21 the recipe floors it at 8192.
+    assert recipe_serving({**row, "silicon_data_source": source("2026-02-05")}, 8, 8) == {"max_num_batched_tokens": 8192}
+    assert recipe_serving({**row, "model_path": "openai/gpt-oss-120b"}, 8, 8) == {"max_num_batched_tokens": 20000}
+    assert recipe_serving({**row, "model_path": "meta-llama/Llama-3.1-70B"}, 8, 8) == {"max_num_batched_tokens": 16384}
+    assert recipe_serving({**row, "model_path": "Qwen/Qwen3-32B"}, 8, 8) == {}
+    assert recipe_serving({**row, "silicon_data_source": "source_file=/x/aic-auto-gap-analysis/y.csv"}, 8, 8) == {}

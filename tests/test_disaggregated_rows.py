@@ -130,13 +130,26 @@ def test_a_recipe_without_a_batch_spreads_the_clients_over_the_decode_workers():
     assert info["decode_batch_from"] == "clients / decode workers" and not info["ambiguous"]
 
 
-def test_rows_no_recipe_emulates_are_skipped_with_the_reason():
-    # The same deployment at 24 clients of 8192/1024 tokens on GB300 ran with MTP only.
+def test_a_row_only_mtp_recipes_fit_is_built_with_their_mtp_depth():
+    """At 24 clients of 8192/1024 tokens on GB300 this deployment ran with MTP only: its recipe
+    file ``ctx1_gen4_tep8_batch4_eplb0_mtp3.yaml`` gives 3 draft tokens per decode step."""
+    from agentsim.experiments.disagg_recipes import DEFAULT_DRAFT_TOKENS, draft_tokens
+    from agentsim.experiments.disaggregated_rows import pools_description
+
     mtp = {**RECIPE_ROW, "system": "gb300", "isl": 8192, "prefill_tp_size": 2.0, "prefill_moe_ep_size": 2.0,
            "silicon_data_source": "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=24; "
                                   "measured=2026-02-03T00:00:00.000Z"}
-    with pytest.raises(DisaggRowError, match="prefill_num_workers is empty and the matching InferenceX recipe runs MTP"):
-        disaggregated_row_scenario(mtp, aggregated)
+    serving = disaggregated_row_scenario(mtp, aggregated)["serving"]
+    assert serving["speculative_decoding"] == {"draft_tokens": 3}
+    assert (serving["disaggregation"]["decode"]["workers"], serving["disaggregation"]["decode"]["max_num_seqs"]) == (4, 4)
+    assert pools_description(mtp) == "recipe, MTP"
+    # A recipe without MTP builds none; a file that names no depth gets aiconfigurator's default.
+    assert "speculative_decoding" not in disaggregated_row_scenario(RECIPE_ROW, aggregated)["serving"]
+    assert draft_tokens("recipes/trtllm/gb300-fp4/8k1k/mtp/ctx1_gen1_dep32_batch8_eplb0_mtp.yaml") == DEFAULT_DRAFT_TOKENS == 1
+    assert draft_tokens("ctx1_gen8_tp8_batch1_eplb0_mtp3_10.yaml") == 3
+
+
+def test_rows_no_recipe_emulates_are_skipped_with_the_reason():
     # Both pools "tp 52" with no expert split: a deployment's size, not a worker's.
     whole = {**RECIPE_ROW, "system": "gb200", "isl": 8192, "prefill_tp_size": 52.0, "prefill_moe_ep_size": 1.0,
              "decode_tp_size": 52.0, "silicon_data_source": "source_file=2026-04-06.csv; model=DeepSeek-R1; "

@@ -67,9 +67,15 @@ def test_pools_are_placed_domain_by_domain():
     assert [p.tray for p in decode] == [6, 18]
 
 
-@pytest.fixture(scope="module")
-def disaggregated_run():
-    return run_scenario(load_scenario(SCENARIO, SMALL + DISAGG))
+#: The scenario's engine is SGLang, whose decode worker reserves first; both orders are run.
+ORDERS = {"prefill first": ["serving.disaggregation.decode_first=false"], "decode first": []}
+
+
+@pytest.fixture(scope="module", params=sorted(ORDERS))
+def disaggregated_run(request):
+    result = run_scenario(load_scenario(SCENARIO, SMALL + DISAGG + ORDERS[request.param]))
+    result.order = request.param
+    return result
 
 
 def test_run_conserves_tokens_and_hands_every_call_over(disaggregated_run):
@@ -79,7 +85,8 @@ def test_run_conserves_tokens_and_hands_every_call_over(disaggregated_run):
     assert len(done) > 100
     assert (done.hit_tokens + done.recomputed_tokens == done.prompt_tokens).all()
     assert done.prefill_worker.isin([0, 1]).all() and done.instance.isin([0, 1]).all()
-    assert set(done.prefill_worker) == {0, 1}
+    if result.order == "prefill first":
+        assert set(done.prefill_worker) == {0, 1}
     kv_bytes_per_token = result.scenario.model.kv_bytes_per_token
     assert (done.kv_transfer_bytes == (done.prompt_tokens - done.decode_hit_tokens) * kv_bytes_per_token).all()
     assert (done.kv_transfer_s > 0).all()
@@ -99,6 +106,11 @@ def test_ttft_is_prefill_queue_plus_prefill_plus_decode_queue_plus_transfer_plus
     parts = done.queue_wait_s + done.prefill_s + done.decode_queue_s + done.kv_transfer_s + done.decode_first_step_s
     assert (parts - done.ttft_s).abs().max() < 1e-9
     assert (done.prefill_s > 0).all() and (done.decode_queue_s >= 0).all()
+    if disaggregated_run.order == "decode first":   # its decode wait is before the prefill, in queue_wait_s
+        assert (done.decode_queue_s == 0).all()
+    # The queue's causes still sum to the queue wait.
+    causes = done.queue_slot_s + done.queue_kv_s + done.queue_load_s + done.queue_step_s
+    assert (causes - done.queue_wait_s).abs().max() < 1e-9
     # The first token comes with the decode worker's first step: at least one decode step's time.
     assert (done.decode_first_step_s > 0).all()
     summary = disaggregated_run.summary
@@ -106,9 +118,45 @@ def test_ttft_is_prefill_queue_plus_prefill_plus_decode_queue_plus_transfer_plus
 
 
 def test_disaggregated_runs_repeat(disaggregated_run):
-    again = run_scenario(load_scenario(SCENARIO, SMALL + DISAGG))
+    again = run_scenario(load_scenario(SCENARIO, SMALL + DISAGG + ORDERS[disaggregated_run.order]))
     pd.testing.assert_frame_equal(again.tables["requests"], disaggregated_run.tables["requests"])
     pd.testing.assert_frame_equal(again.tables["links"], disaggregated_run.tables["links"])
+
+
+def _most_in_flight(done: pd.DataFrame) -> int:
+    """Most calls at once between their prefill's admission and their end."""
+    events = sorted([(t, 1) for t in done.arrival_s + done.queue_wait_s] + [(t, -1) for t in done.finish_s],
+                    key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_decode_first_holds_a_decode_slot_from_before_the_prefill():
+    """SGLang's order: a call's prefill starts only once a decode worker has reserved its slot,
+    so at most the decode slots (2 workers x 3) are between prefill and end at once; prefilling
+    first lets prefills run ahead of a full decode pool."""
+    tight = SMALL + DISAGG + ["serving.disaggregation.decode.max_num_seqs=3"]
+    first = run_scenario(load_scenario(SCENARIO, tight)).tables["requests"].query("not rejected")
+    after = run_scenario(load_scenario(SCENARIO, tight + ORDERS["prefill first"])).tables["requests"].query("not rejected")
+    assert len(first) > 50 and len(after) > 50
+    assert _most_in_flight(first) <= 6 < _most_in_flight(after)
+    # Waiting for a slot before the prefill: the prefill's admission is later, the decode queue empty.
+    assert (first.decode_queue_s == 0).all() and after.decode_queue_s.max() > 0
+    assert first.queue_wait_s.mean() > after.queue_wait_s.mean()
+
+
+def test_a_call_its_prefill_worker_rejects_gives_its_decode_reservation_back():
+    """Prompts larger than the prefill workers' KV are rejected there; decoding first, the decode
+    worker had reserved a slot and KV for them and frees both (the run checks its invariants)."""
+    small_prefill = SMALL + DISAGG + ["serving.disaggregation.prefill.kv_capacity_bytes=1.2GB"]
+    requests = run_scenario(load_scenario(SCENARIO, small_prefill)).tables["requests"]
+    rejected = requests[requests.rejected]
+    assert len(rejected) > 0 and (rejected.reject_reason == "prefill_kv_capacity").all()
+    assert rejected.instance.isin([0, 1]).all() and (rejected.hit_tokens == 0).all()
+    assert (~requests.rejected).sum() > 100    # the others are served
 
 
 def test_cross_domain_handoffs_use_the_nics():

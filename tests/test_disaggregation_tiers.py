@@ -100,7 +100,7 @@ def test_a_decode_worker_loading_its_own_dram_and_receiving_a_handoff_waits_for_
     prompt = history + 6_400
     call_keys = list(range(prompt // B))
     call = LLMRequest(1, 0, "a", 0, 1, env.now, prompt, 8, call_keys, call_keys, env.event())
-    call.prefill_worker, call.prefill_done_s = 0, env.now
+    call.prefill_worker, call.prefill_done_s, call.remote_prefill = 0, env.now, True
     call.prefill_computed_tokens, call.prefill_tier_hit_tokens = prompt, {"hbm": 0}
     decode.submit(call)
     start = env.now
@@ -119,9 +119,14 @@ def test_a_decode_worker_loading_its_own_dram_and_receiving_a_handoff_waits_for_
     assert call.hit_tokens == 0 and call.prefilled_tokens == prompt and call.tier_hit_tokens == {"hbm": 0}
 
 
+PREFILL_FIRST = ["serving.disaggregation.decode_first=false"]
+
+
 @pytest.fixture(scope="module")
 def tiered_run():
-    return run_scenario(load_scenario(TIERED, TWO_RACKS))
+    # Prefill first: the decode worker matches its cache after the prefill, by when most
+    # histories have gone down to its DRAM (decoding first it matches them at arrival, below).
+    return run_scenario(load_scenario(TIERED, TWO_RACKS + PREFILL_FIRST))
 
 
 def _racks(result) -> tuple[dict[int, int], dict[int, int]]:
@@ -181,7 +186,7 @@ def test_handoffs_stay_on_nvlink_inside_a_rack_and_cross_the_nics_between_racks(
 
 @pytest.mark.slow
 def test_tiered_disaggregated_runs_repeat(tiered_run):
-    again = run_scenario(load_scenario(TIERED, TWO_RACKS))
+    again = run_scenario(load_scenario(TIERED, TWO_RACKS + PREFILL_FIRST))
     pd.testing.assert_frame_equal(again.tables["requests"], tiered_run.tables["requests"])
     pd.testing.assert_frame_equal(again.tables["links"], tiered_run.tables["links"])
 
@@ -214,3 +219,14 @@ def test_a_shared_store_too_small_for_every_worker_is_refused_at_load_time():
     # instance alone would hold 22 blocks of it.
     with pytest.raises(InputError, match=r"cache\.tiers\.remote\.capacity_bytes.*less than one KV block"):
         load_scenario(ROOT / "scenarios" / "gb300-disagg-4racks.yaml", ["cache.tiers.remote.capacity_bytes=50MB"])
+
+
+def test_ttft_parts_add_up_decoding_first_with_tiers():
+    """SGLang's order with tiers: the decode worker reserves and starts loading its own history
+    at arrival, the prefill runs, then the hand-off; TTFT is still the sum of its parts."""
+    done = run_scenario(load_scenario(TIERED, TWO_RACKS)).tables["requests"].query("not rejected")
+    assert len(done) > 100 and (done.decode_queue_s == 0).all()
+    parts = done.queue_wait_s + done.prefill_s + done.decode_queue_s + done.kv_transfer_s + done.decode_first_step_s
+    assert (parts - done.ttft_s).abs().max() < 1e-9
+    assert (done.hit_tokens + done.recomputed_tokens == done.prompt_tokens).all()
+    assert (done.loaded_bytes > 0).any()

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 from array import array
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentsim.replay import replay_cache_only
+from agentsim.workload.traces import load_requests
 from agentsim.workload.traces.records import TraceRequest
+from tests.conftest import ROOT
+
+WEKA_FIXTURES = ROOT / "tests" / "fixtures" / "traces" / "weka"
 
 QUEUE_MODES = [("s3fifo", {"tree_mode": mode, "move_to_main_threshold": t})
                for mode in ("leaf_only", "cascade") for t in (1, 2)]
@@ -64,3 +69,16 @@ def test_s3fifo_evicts_runs_that_just_moved_to_main():
     requests = conversation_requests(MOVED_TO_MAIN_STEPS)
     result = replay_cache_only(requests, capacity_blocks=128, policy="s3fifo", check_invariants=True)
     assert result.requests == len(requests) and result.evicted_blocks > 0
+
+
+@pytest.mark.parametrize("offset_s", [0.0, 1200.0])
+@pytest.mark.parametrize("mode", ["leaf_only", "cascade"])
+def test_s3fifo_completes_real_sessions_at_every_capacity(mode, offset_s):
+    """Issue 22, item 1: on Claude Code sessions S3-FIFO once failed a reservation ("could not
+    reserve N blocks") in both tree modes, with and without a session offset."""
+    requests = load_requests(WEKA_FIXTURES, session_offset_s=offset_s)
+    for capacity in (100, 500, 2000, 8000):
+        result = replay_cache_only(requests, capacity_blocks=capacity, policy="s3fifo",
+                                   policy_params={"tree_mode": mode})
+        assert result.requests == len(requests) and result.evicted_blocks > 0
+        assert 0 < result.hit_blocks <= result.requested_blocks

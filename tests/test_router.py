@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -24,6 +25,7 @@ from agentsim.cluster.routers.session_affinity import SessionAffinity, SessionAf
 
 BLOCK_TOKENS = 64
 NAN = float("nan")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class FakeInstance:
@@ -211,6 +213,7 @@ def test_kv_aware_trades_overlap_against_active_blocks():
         decoding = request(range(500, 600))
         router.place(decoding, router.instances[1])   # 100 active blocks on 1 ...
         decoding.first_token_s = 0.5                  # ... past its prefill
+        router.on_first_token(decoding)
         req = request(range(50), prompt_tokens=50 * BLOCK_TOKENS)
         logits, overlaps = router.costs(req)
         assert overlaps == {1: 30}
@@ -226,10 +229,66 @@ def test_kv_aware_counts_queued_prefill_until_the_first_token():
     logits, _ = router.costs(request(range(5), prompt_tokens=5 * BLOCK_TOKENS))
     assert logits == [(10 + 5) + 10, 5]       # queued prefill + own prefill + active blocks
     queued.first_token_s = 2.0                 # the first token streamed back
+    router.on_first_token(queued)
     logits, _ = router.costs(request(range(5), prompt_tokens=5 * BLOCK_TOKENS))
     assert logits == [5 + 10, 5] and router.prefill_tokens == [0, 0]
+    router.on_first_token(queued)              # told twice: retired once
+    assert router.prefill_tokens == [0, 0]
     finish(router, queued)
     assert router.active_blocks == [0, 0] and router.in_flight == [0, 0]
+
+
+def test_kv_aware_retires_a_rejected_prefill_at_its_end():
+    """A request rejected before its first token leaves the prefill load when it ends."""
+    router = kv_router(2, overlap_score_weight=1.0)
+    rejected = request(range(100, 110), prompt_tokens=10 * BLOCK_TOKENS)
+    router.place(rejected, router.instances[1])
+    assert router.prefill_tokens == [0, 10 * BLOCK_TOKENS]
+    finish(router, rejected)
+    assert router.prefill_tokens == [0, 0] and router.active_blocks == [0, 0]
+
+
+def test_kv_aware_is_told_of_first_tokens_by_its_instances():
+    """``make_router`` connects a first-token tracking router to every instance it routes to
+    (sticky sessions included). In a run, the prefill load the router sees at every routing is
+    the definition's: the prefill tokens of the requests it placed that have neither a first
+    token nor an end yet."""
+    from agentsim.cluster.routers import make_router
+    from agentsim.engine.loading import load_scenario
+    from agentsim.engine.simulation import Simulation
+
+    scenario = load_scenario(ROOT / "scenarios" / "coding-agents.yaml",
+                             ["hardware.instances=3", "duration_s=120", "serving.router=kv_aware"])
+    for sticky in (False, True):
+        instances = cluster(2)
+        router = make_router(scenario.model_copy(update={"serving": scenario.serving.model_copy(
+            update={"sticky_sessions": sticky})}), instances)
+        assert all(inst.on_first_token == router.on_first_token for inst in instances)
+    sim = Simulation(scenario)
+    router = sim.router
+    placed: list = []                     # (request, worker, its prefill tokens)
+    place, costs = router.place, router.costs
+    checked = []
+
+    def placing(request, instance):
+        before = list(router.prefill_tokens)
+        place(request, instance)
+        w = instance.instance_id
+        placed.append((request, w, router.prefill_tokens[w] - before[w]))
+
+    def costing(request):
+        expected = [0, 0, 0]
+        for req, w, tokens in placed:
+            if req.first_token_s != req.first_token_s and req.finish_s != req.finish_s:
+                expected[w] += tokens
+        assert router.prefill_tokens == expected
+        checked.append(sum(expected))
+        return costs(request)
+
+    router.place, router.costs = placing, costing
+    assert sim.run().summary["requests"] > 0
+    assert len(checked) > 50 and sum(1 for c in checked if c) > 10    # queued prefills were seen
+    assert router._prefilling == {} and router.prefill_tokens == [0, 0, 0]
 
 
 def test_kv_aware_weight_zero_is_pure_load_balance():

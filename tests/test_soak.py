@@ -20,10 +20,6 @@ REDUCED = [
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "open: since block keys are held in array('q') (token streams, runs) the live bytes rise "
-    "mid-day and fall back (0.57 MB at hour 1, 1.45 MB at hour 19, 0.80 MB at hour 24): the second "
-    "half's mean is 1.38x the first's against the 1.25x limit (1.20x with lists); cause not found"))
 def test_24h_soak_with_invariants_and_flat_live_state():
     scenario = load_scenario(ROOT / "scenarios" / "coding-agents.yaml", REDUCED)
     sim = Simulation(scenario)

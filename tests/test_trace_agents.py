@@ -66,3 +66,17 @@ def test_every_pause_of_a_real_session_is_followed_by_the_same_agent(name):
                      if (requests[j].session_id, requests[j].agent_id) == owner]
             assert later and gap_s == pytest.approx(requests[later[0]].timestamp_s - requests[i].timestamp_s)
             assert kind == "join" or kind == {"tool_use": "tool", "end_turn": "human"}[requests[i].stop]
+
+
+@pytest.mark.parametrize("policy", ["ttl_pin", "continuum", "kvflow", "infercept", "belady_oracle"])
+def test_every_agentic_policy_hears_the_sessions_pauses_and_differs_from_lru(policy):
+    """Issue 22, item 2: on a trace that records agents, each pause-driven policy is told of
+    every pause (no missing signal) and ends with other hits and evictions than LRU on the same
+    clock (they all once replayed exactly as LRU, with no warning)."""
+    sessions = load_requests(FIXTURES / "weka", session_offset_s=1200)
+    lru = replay_cache_only(sessions, capacity_fraction=0.1, policy="lru", clock="trace").summary()
+    result = replay_cache_only(sessions, capacity_fraction=0.1, policy=policy).summary()
+    assert result["clock"] == "trace" and result["policy_signals_missing"] == []
+    assert result["tool_starts"] > 0 and result["tool_ends"] > 0
+    assert result["hit_blocks"] != lru["hit_blocks"]
+    assert result["evicted_blocks"] != lru["evicted_blocks"]

@@ -54,6 +54,12 @@ class DenseKeyMap:
             return self.values[i]
         return self.far.get(key, 0)
 
+    def grows_for(self, key: int) -> bool:
+        """Whether :meth:`set` of ``key`` would extend the dense span (a key at or close above
+        its end), so an owner can drop dead keys first and let the span grow from there."""
+        size = len(self.values)
+        return size <= key - self.base < 2 * size + _GROWTH_SLACK
+
     def set(self, key: int, value: int) -> None:
         """Set ``key`` to ``value`` (> 0)."""
         values = self.values

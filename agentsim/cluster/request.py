@@ -72,6 +72,7 @@ class LLMRequest:
     # computed the prompt (-1: aggregated serving), its first token, the decode worker's own
     # cached prefix, and the KV hand-off (bytes, time on the links, wait for a decode slot).
     prefill_worker: int = -1
+    remote_prefill: bool = False    # a prefill worker computes its prompt (its decode worker receives the KV)
     prefill_done_s: float = float("nan")
     prefill_hit_tokens: int = 0
     prefill_computed_tokens: int = 0

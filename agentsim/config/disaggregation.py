@@ -49,6 +49,10 @@ class DisaggregationConfig(BaseModel):
                                       "the prefill pool always uses serving.router")
     decode_router_params: dict[str, Any] = Field(default_factory=dict, description="the decode router's parameters "
                                                  "(absent with decode_router absent: serving.router_params)")
+    decode_first: bool | None = Field(None, description="the decode worker reserves a call's batch slot and KV before "
+                                      "its prefill starts (SGLang's prealloc queue and bootstrap handshake); false: "
+                                      "prefill first, then a decode worker is picked (Dynamo with TensorRT-LLM or vLLM); "
+                                      "absent: true for engine sglang")
     transfer_efficiency: float = Field(0.8, gt=0, le=1, description="share of a link's bandwidth a KV hand-off "
                                        "achieves (NIXL/Mooncake transfer engines reach 70-90%)")
 

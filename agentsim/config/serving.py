@@ -11,6 +11,10 @@ from agentsim.config.base import PolicyRef, Strict
 from agentsim.config.disaggregation import DisaggregationConfig
 from agentsim.errors import FieldError
 
+#: aiconfigurator's default MTP acceptance per draft position (``DEFAULT_NEXTN_ACCEPT_RATES`` of
+#: its planners and of Dynamo's, applied when no acceptance is measured).
+DEFAULT_ACCEPT_RATES = (0.85, 0.3, 0.0, 0.0, 0.0)
+
 
 class Parallelism(Strict):
     """How one instance's GPUs split the model (``tp * pp * attention_dp`` = GPUs per instance).
@@ -32,6 +36,24 @@ class Precision(Strict):
     moe: str | None = Field(None, description="expert GEMMs: bfloat16, fp8, fp8_block, nvfp4, int4_wo, w4a16_mxfp4")
     kv_cache: str | None = Field(None, description="KV cache: bfloat16, fp8")
     attention: str | None = Field(None, description="attention kernels: bfloat16, fp8")
+
+
+class SpeculativeDecoding(Strict):
+    """Multi-token prediction (DeepSeek's MTP layers): each decode iteration drafts
+    ``draft_tokens`` tokens per sequence and verifies them (agentsim.hardware.timing.speculative)."""
+
+    draft_tokens: int = Field(..., gt=0, le=5, description="MTP draft tokens per iteration (TensorRT-LLM "
+                              "num_nextn_predict_layers, SGLang speculative-num-steps)")
+    accept_rates: list[float] = Field(default_factory=lambda: list(DEFAULT_ACCEPT_RATES), min_length=1, max_length=5,
+                                      description="chance each draft position is accepted when the earlier ones were "
+                                                  "(default: aiconfigurator's 0.85, 0.3, 0, 0, 0)")
+
+    @model_validator(mode="after")
+    def _rates(self):
+        for index, rate in enumerate(self.accept_rates):
+            if not 0.0 <= rate <= 1.0:
+                raise FieldError(("accept_rates", index), f"an acceptance rate is a share in [0, 1], not {rate:g}")
+        return self
 
 
 class ServingConfig(Strict):
@@ -71,9 +93,16 @@ class ServingConfig(Strict):
         None, gt=0, description="most tokens one prefilling request takes of an iteration's budget while another request "
                                 "is prefilling too, so a short prompt is not held behind a long cold one (vLLM's "
                                 "long_prefill_token_threshold with partial prefills); absent: chunks first come first served")
+    schedule_ahead: bool | None = Field(
+        None, description="the scheduler forms each step while the one before runs (vLLM's async scheduling, SGLang's "
+                          "overlap schedule, TensorRT-LLM's overlap scheduler), so a request arriving during a step "
+                          "joins the step after next; absent: the engine's (on for all three)")
     scheduler_recv_interval: int = Field(
         1, gt=0, le=10000, description="sglang: the scheduler takes new requests only every N decode steps (at once after a "
                                       "prefill batch or when idle; SGLang's --scheduler-recv-interval, default 1)")
+
+    speculative_decoding: SpeculativeDecoding | None = Field(
+        None, description="multi-token prediction on the decode steps (absent: one token per step)")
 
     @model_validator(mode="after")
     def _ratios(self):
@@ -93,6 +122,11 @@ class ServingConfig(Strict):
         """Whether prefill chunks and decode steps share iterations (``mixed_prefill``, else the
         engine's default: SGLang runs prefill batches apart from decode batches)."""
         return self.mixed_prefill if self.mixed_prefill is not None else self.engine != "sglang"
+
+    def schedules_ahead(self) -> bool:
+        """Whether the scheduler runs one step ahead (``schedule_ahead``, else the engine's
+        default: vLLM, SGLang and TensorRT-LLM all do; agentsim.cluster.serving.step_ahead)."""
+        return self.schedule_ahead if self.schedule_ahead is not None else True
 
     def batch_requests(self) -> int:
         """Most requests in one batch (``max_num_seqs`` over ``max_batch_requests``)."""

@@ -54,7 +54,8 @@ class DisaggregatedCluster:
         self.front = DisaggregatedServing(
             env, self.prefill, self.decode, make_router(self.pools["prefill"], self.prefill, env),
             make_router(self.pools["decode"], self.decode, env), prefill_ports, decode_ports, prefill_at, decode_at,
-            config.transfer_efficiency)
+            config.transfer_efficiency,
+            decode_first=config.decode_first if config.decode_first is not None else scenario.serving.engine == "sglang")
         self.front.on_rejected = on_finish
 
     def _ports(self, env, name: str, role: str, index: int, ingress: bool) -> HandoffPorts:

@@ -41,6 +41,17 @@ _TIER_BITS = 8
 #: Dense maps of loss codes (the first, second, ... instance to lose a key); owners beyond them
 #: go to a dict per instance.
 DENSE_LAYERS = 3
+#: Removals of at least this many keys try one numpy pass over the first layer before the
+#: per-key loop (below it numpy's fixed cost per call exceeds the loop's).
+_VECTOR_MIN_KEYS = 24
+
+
+def _as_int64(keys) -> np.ndarray:
+    """``keys`` (an ``array('q')``, a list or a range of ints) as an int64 array, without a
+    copy for an ``array('q')``."""
+    if getattr(keys, "typecode", None) == "q":
+        return np.frombuffer(keys, dtype=np.int64)
+    return np.asarray(keys, dtype=np.int64)
 
 
 def _removed_keys(obj, blocks: int) -> list[int]:
@@ -93,6 +104,8 @@ class RecomputeClassifier:
         first = self._layers[0]
         values, base = first.values, first.base
         size = len(values)
+        if len(keys) >= _VECTOR_MIN_KEYS and size and self._record_dense(first, keys, owner, code):
+            return
         added = 0
         spill = None
         for key in keys:
@@ -109,6 +122,14 @@ class RecomputeClassifier:
                     values[i] = code
                     continue
             else:
+                if self.key_horizon is not None and first.grows_for(key):
+                    # Drop the dead keys below the oldest live one before the span doubles:
+                    # otherwise it doubles over them (purges follow the count, not the span).
+                    first.count += added
+                    added = 0
+                    self._purge()
+                    values, base = first.values, first.base
+                    size = len(values)
                 held = first.get(key)
                 if not held or held >> _TIER_BITS == owner:
                     first.count += added      # set() may re-base, which reads the count
@@ -134,6 +155,29 @@ class RecomputeClassifier:
         first.count += added
         if len(first) > self._purge_at and self.key_horizon is not None:
             self._purge()
+
+    def _record_dense(self, first: DenseKeyMap, keys, owner: int, code: int) -> bool:
+        """The per-key loop of :meth:`_record` in one numpy pass, when it would only write the
+        first layer's array: every key inside its span and unset or held by ``owner`` (a tail
+        evicted from a tier: its keys are consecutive ids, lost here first). Returns False, and
+        changes nothing, otherwise (the loop then handles the keys, in order). Keys of one
+        removal are distinct (a run of a tree node)."""
+        values = first.values
+        offsets = _as_int64(keys) - first.base
+        if offsets[0] < 0 or offsets[-1] >= len(values) or offsets.min() < 0 or offsets.max() >= len(values):
+            return False
+        view = np.frombuffer(values, dtype=np.dtype(values.typecode))
+        held = view[offsets]
+        unset = held == 0
+        if not (unset | (held >> _TIER_BITS == owner)).all():
+            del view
+            return False
+        view[offsets] = code
+        del view                                # the array cannot grow while exported
+        first.count += int(np.count_nonzero(unset))
+        if len(first) > self._purge_at and self.key_horizon is not None:
+            self._purge()
+        return True
 
     def _purge(self) -> None:
         oldest, protected = self.key_horizon()

@@ -154,7 +154,8 @@ class Simulation:
                 kv_rule=make_kv_admission(serving, self.block_tokens), preemption=serving.preemption,
                 long_prefill_tokens=serving.long_prefill_token_threshold,
                 mixed_prefill=serving.mixes_prefill(), rank_chunk_tokens=serving.rank_chunk_tokens(),
-                recv_interval_steps=serving.scheduler_recv_interval, **extra,
+                recv_interval_steps=serving.scheduler_recv_interval, schedule_ahead=serving.schedules_ahead(),
+                **extra,
             ))
         if self.hierarchy is not None and self.disaggregated is None:
             self.hierarchy.connect_peers(self.instances)

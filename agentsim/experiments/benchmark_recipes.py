@@ -17,6 +17,19 @@ not measured by such a recipe (aiconfigurator's own eval rows, other engines); t
 The recipes' ``--max-running-requests`` (128-256) is not applied: rows of 512 clients measure
 TTFTs (DeepSeek-R1 FP8 on B200, 1k/1k: 3.1 s) that a cap of 128 running requests would make
 tens of seconds, so those rows ran another variant of the recipe; rows do not say which.
+
+TensorRT-LLM's recipes set ``--max_num_tokens``, the step's token budget (TensorRT-LLM's own
+default is 8192), and :func:`recipe_serving` gives it as ``max_num_batched_tokens``:
+
+* DeepSeek-R1/V3 (``dsr1_*_trt``): ``(CONC + ISL + 64)`` rounded up to a multiple of 64, room for
+  one whole prompt beside every decoding request and no more, so a burst of prompts is prefilled
+  one per step; from 2026-01-21 (InferenceX #258, "Adding evals after throughput benchmarks") at
+  least 8192. A row's ``measured=`` date says which applied.
+* gpt-oss-120b (``gptoss_fp4_*_trt``): 20000. Llama-3.1-70B (``70b_*_trt``, October 2025): 16384.
+
+The vLLM recipes of these rows leave ``--max-num-batched-tokens`` at vLLM's default for the API
+server (8192 on GPUs of 70 GiB or more) or set 8192, except MiniMax-M2.5 on B200 from April 2026
+(``2 x ISL``); that one is not applied (the rows span the change and do not say which ran).
 """
 
 from __future__ import annotations
@@ -59,6 +72,32 @@ RECIPES: dict[tuple[str, str, str, int | None], SglangRecipe] = {
 _FAMILIES = {"deepseek-r1": "deepseek", "deepseek-v3": "deepseek", "qwen3.5": "qwen3.5", "glm-5": "glm-5"}
 
 
+#: Model-name fragments of the TensorRT-LLM recipes with a fixed ``--max_num_tokens``.
+TRTLLM_MAX_NUM_TOKENS = {"gpt-oss-120b": 20000, "llama-3.1-70b": 16384}
+#: DeepSeek's TensorRT-LLM recipes floor their budget at 8192 from this date (InferenceX #258).
+TRTLLM_DEEPSEEK_FLOOR_FROM = "2026-01-21"
+_DEEPSEEK_FLOOR_TOKENS = 8192
+
+
+def _measured_date(row: dict) -> str | None:
+    """The ``measured=YYYY-MM-DD`` of a row's ``silicon_data_source`` (None without one)."""
+    source = str(row.get("silicon_data_source") or "")
+    at = source.find("measured=")
+    return source[at + 9:at + 19] if at >= 0 else None
+
+
+def _trtllm_tokens(row: dict, clients: int) -> int | None:
+    """``--max_num_tokens`` of the TensorRT-LLM recipe that launched ``row`` (None: none known)."""
+    name = str(row.get("model_path") or "").lower()
+    if "deepseek-r1" in name or "deepseek-v3" in name:
+        tokens = (clients + int(row["isl"]) + 64 + 63) // 64 * 64
+        date = _measured_date(row)
+        if date is None or date >= TRTLLM_DEEPSEEK_FLOOR_FROM:
+            tokens = max(tokens, _DEEPSEEK_FLOOR_TOKENS)
+        return tokens
+    return next((tokens for fragment, tokens in TRTLLM_MAX_NUM_TOKENS.items() if fragment in name), None)
+
+
 def _recipe(row: dict, tp: int) -> SglangRecipe | None:
     name = str(row.get("model_path") or "").lower()
     family = next((f for fragment, f in _FAMILIES.items() if fragment in name), None)
@@ -67,10 +106,16 @@ def _recipe(row: dict, tp: int) -> SglangRecipe | None:
 
 
 def recipe_serving(row: dict, clients: int, tp: int) -> dict:
-    """``serving`` settings of the recipe that launched ``row``'s SGLang server ({} if none
-    applies): ``scheduler_recv_interval`` (for ``clients``, the benchmark's concurrency) and
-    ``max_num_batched_tokens``."""
-    if str(row.get("backend") or "").strip() != "sglang" or client_protocol(row) is not INFERENCEX:
+    """``serving`` settings of the recipe that launched ``row``'s server ({} if none applies):
+    SGLang's ``scheduler_recv_interval`` (for ``clients``, the benchmark's concurrency) and
+    ``max_num_batched_tokens``; TensorRT-LLM's ``max_num_batched_tokens``."""
+    backend = str(row.get("backend") or "").strip()
+    if client_protocol(row) is not INFERENCEX:
+        return {}
+    if backend == "trtllm":
+        tokens = _trtllm_tokens(row, clients)
+        return {} if tokens is None else {"max_num_batched_tokens": tokens}
+    if backend != "sglang":
         return {}
     recipe = _recipe(row, tp)
     if recipe is None:

@@ -15,10 +15,11 @@ entry of every version of that file up to the measured-runs dump
 precision, ``isl``/``osl``, the concurrency (``silicon_concurrency``), the prefill pool's TP and
 expert split and the decode pool's TP. When several versions or entries match, the one in force
 on the row's ``measured=`` date is taken (else the first one after it: a run made before its
-recipe was merged). Entries running speculative decoding (``spec-decoding: mtp``) are not
-emulated (the simulator decodes one token per step). A row that matches both an MTP entry and one
-without, or several deployments of one version, is emulated as the first one without MTP and
-marked ``ambiguous``.
+recipe was merged). A row that matches only entries running speculative decoding
+(``spec-decoding: mtp``) is emulated with MTP (``serving.speculative_decoding``, its depth from the
+recipe file, :func:`draft_tokens`). A row that matches both an MTP entry and one without, or
+several deployments of one version, is emulated as the first one without MTP and marked
+``ambiguous``.
 
 A pool's worker is ``tp`` GPUs; with ``dp-attn`` its attention runs ``tp`` data-parallel ranks
 (TP 1 each), its experts ``ep``-way. The decode worker's most sequences is the recipe's
@@ -62,6 +63,12 @@ _DEPLOYMENT = ("prefill_workers", "prefill_tp", "prefill_ep", "prefill_dp_attn",
                "decode_ep", "decode_dp_attn", "decode_batch")
 
 
+_MTP_DEPTH = re.compile(r"mtp(\d+)")
+#: MTP depth when a recipe's file does not give it: aiconfigurator's default for DeepSeek-V3/R1
+#: and Kimi-K2.5 (``default_nextn_for_architecture``: 1).
+DEFAULT_DRAFT_TOKENS = 1
+
+
 class RecipeError(ValueError):
     """No recipe gives this row's deployment; the message says why."""
 
@@ -101,6 +108,14 @@ def _pool(workers: int, tp: int, ep: int, dp_attn: bool, max_seqs: int | None) -
     return entry
 
 
+def draft_tokens(recipe) -> int:
+    """MTP draft tokens of a recipe entry with ``spec-decoding: mtp``: the ``mtpN`` of its
+    TensorRT-LLM recipe file (``..._eplb0_mtp3.yaml``: ``num_nextn_predict_layers: 3``), else
+    aiconfigurator's default depth for DeepSeek models (:data:`DEFAULT_DRAFT_TOKENS`)."""
+    found = _MTP_DEPTH.search(str(recipe).rsplit("/", 1)[-1]) if isinstance(recipe, str) else None
+    return (int(found.group(1)) if found else 0) or DEFAULT_DRAFT_TOKENS
+
+
 def recipe_pools(row: dict, clients: int) -> tuple[dict, dict, dict]:
     """``(prefill pool, decode pool, what was matched)`` for a row without worker counts, the
     pools in the form of ``serving.disaggregation``; RecipeError when no recipe fits."""
@@ -131,16 +146,15 @@ def recipe_pools(row: dict, clients: int) -> tuple[dict, dict, dict]:
                           f"{int(key['isl'] or 0)}/{int(key['osl'] or 0)} tokens, {clients} clients, prefill tp "
                           f"{int(key['prefill_tp'] or 0)} ep {int(key['prefill_ep'] or 0)}, decode tp {int(key['decode_tp'] or 0)}")
     plain = found[found["spec_decoding"] == "none"]
-    if plain.empty:
-        raise RecipeError("the matching InferenceX recipe runs MTP speculative decoding (more than one token per "
-                          "decode step), which the simulator does not model")
+    # Only MTP entries fit: the row ran with MTP and is emulated so (serving.speculative_decoding).
+    candidates = plain if not plain.empty else found
     # The version in force when the row was measured, else the first one after it.
-    before = plain[plain["date"] <= measured] if measured else plain.iloc[0:0]
-    commit = before.iloc[-1]["commit"] if not before.empty else plain.iloc[0]["commit"]
-    in_force = plain[plain["commit"] == commit].drop_duplicates(list(_DEPLOYMENT))
+    before = candidates[candidates["date"] <= measured] if measured else candidates.iloc[0:0]
+    commit = before.iloc[-1]["commit"] if not before.empty else candidates.iloc[0]["commit"]
+    in_force = candidates[candidates["commit"] == commit].drop_duplicates(list(_DEPLOYMENT))
     # Several deployments of one version (or one with MTP) fit what the row says: the first is
     # taken, and the row is reported as ambiguous.
-    ambiguous = len(in_force) > 1 or len(plain) < len(found)
+    ambiguous = len(in_force) > 1 or len(candidates) < len(found)
     chosen = in_force.iloc[0]
     batch = _number(chosen["decode_batch"])
     decode_workers = int(chosen["decode_workers"])
@@ -151,5 +165,6 @@ def recipe_pools(row: dict, clients: int) -> tuple[dict, dict, dict]:
     decode = _pool(decode_workers, int(chosen["decode_tp"]), int(chosen["decode_ep"]), bool(chosen["decode_dp_attn"]),
                    decode_seqs)
     info = {"config": chosen["config"], "commit": chosen["commit"], "recipe": chosen["recipe"],
-            "ambiguous": ambiguous, "decode_batch_from": "recipe" if batch else "clients / decode workers"}
+            "ambiguous": ambiguous, "decode_batch_from": "recipe" if batch else "clients / decode workers",
+            "draft_tokens": draft_tokens(chosen["recipe"]) if chosen["spec_decoding"] != "none" else None}
     return prefill, decode, info

@@ -80,27 +80,38 @@ def pools_source(row: dict) -> str:
 
 
 def pools_description(row: dict) -> str:
-    """Where a buildable row's pools come from: ``row``, ``recipe`` or ``recipe, ambiguous``
-    (both a recipe with MTP speculative decoding and one without fit; the one without is used)."""
+    """Where a buildable row's pools come from: ``row``, ``recipe``, ``recipe, MTP`` (only
+    recipes with MTP speculative decoding fit; emulated with it) or ``recipe, ambiguous`` (both a
+    recipe with MTP and one without fit; the one without is used)."""
     if pools_source(row) == "row":
         return "row"
     from agentsim.experiments.disagg_recipes import recipe_pools
 
-    return "recipe, ambiguous" if recipe_pools(row, concurrency(row))[2]["ambiguous"] else "recipe"
+    info = recipe_pools(row, concurrency(row))[2]
+    if info["draft_tokens"]:
+        return "recipe, MTP"
+    return "recipe, ambiguous" if info["ambiguous"] else "recipe"
 
 
 def row_pools(row: dict, clients: int) -> tuple[dict, dict]:
     """The row's prefill and decode pools: from its columns, else from its recipe."""
+    prefill, decode, _ = row_deployment(row, clients)
+    return prefill, decode
+
+
+def row_deployment(row: dict, clients: int) -> tuple[dict, dict, int | None]:
+    """``(prefill pool, decode pool, MTP draft tokens or None)``: from the row's columns (no
+    MTP), else from its recipe."""
     if pools_source(row) == "row":
-        return pool(row, "prefill"), pool(row, "decode")
+        return pool(row, "prefill"), pool(row, "decode"), None
     from agentsim.experiments.disagg_recipes import RecipeError, recipe_pools
 
     try:
-        prefill, decode, _ = recipe_pools(row, clients)
+        prefill, decode, info = recipe_pools(row, clients)
     except RecipeError as why:
         empty = next(c for c in ("prefill_num_workers", "decode_num_workers") if not _int(row.get(c)))
         raise DisaggRowError(f"column {empty} is empty and {why}") from None
-    return prefill, decode
+    return prefill, decode, info["draft_tokens"]
 
 
 def measured_rounds(row: dict) -> tuple[int, int] | None:
@@ -129,7 +140,7 @@ def _sa_bench_lengths(data: dict, row: dict) -> dict:
 def disaggregated_row_scenario(row: dict, aggregated_scenario: Callable[[dict], dict]) -> dict:
     """The scenario mapping that emulates disaggregated ``row`` (raises DisaggRowError)."""
     clients = concurrency(row)
-    prefill, decode = row_pools(row, clients)
+    prefill, decode, draft_tokens = row_deployment(row, clients)
     # ``batch_size`` of an aggregated row is per attention-DP rank, as ``prefill_batch_size``
     # is: giving it the prefill worker's whole batch (per-rank batch x DP) would count the DP
     # ranks twice (the builder multiplies by attention_dp_size again).
@@ -147,6 +158,8 @@ def disaggregated_row_scenario(row: dict, aggregated_scenario: Callable[[dict], 
     serving["max_num_seqs"] = clients
     # Random prompts share nothing: routing by load is what the benchmark's front end does.
     serving["router"] = "round_robin"
+    if draft_tokens:
+        serving["speculative_decoding"] = {"draft_tokens": draft_tokens}
     serving["disaggregation"] = {"prefill": prefill, "decode": {**decode, "max_num_seqs": decode.get("max_num_seqs", clients)},
                                  "decode_router": "least_loaded"}
     return {**data, "serving": serving}

@@ -59,7 +59,8 @@ class RowResult:
     skipped: str | None = None
     timing_source: str | None = None
     #: Disaggregated rows: where the pools came from (``row``: its columns; ``recipe``: the
-    #: InferenceX recipe it ran; ``recipe, ambiguous``: a recipe with and one without MTP fit).
+    #: InferenceX recipe it ran; ``recipe, MTP``: only recipes with MTP fit, emulated with it;
+    #: ``recipe, ambiguous``: a recipe with and one without MTP fit).
     pools: str | None = None
     #: Simulated requests the prediction is the mean of.
     measured_requests: int | None = None

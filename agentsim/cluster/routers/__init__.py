@@ -32,6 +32,7 @@ def make_router(scenario, instances: list, env=None) -> Router:
 
     With a SimPy ``env``, a router that reads KV events gets them: every instance's cache is
     connected to its indexer through a :class:`~agentsim.cluster.kv_events.KvEventChannel`.
+    A router that tracks first tokens is connected to every instance's ``on_first_token``.
     """
     from agentsim.cluster.kv_events import KvEventChannel
 
@@ -41,6 +42,9 @@ def make_router(scenario, instances: list, env=None) -> Router:
     router = cls(instances, params, router_rng(scenario.seed))
     if serving.sticky_sessions:
         router = StickySessions(router)
+    if router.tracks_first_tokens:
+        for instance in instances:
+            instance.on_first_token = router.on_first_token
     if router.kv_indexer is not None and env is not None:
         KvEventChannel(env, router.kv_indexer, router.kv_event_delay_s).connect(instances)
     return router

@@ -8,7 +8,9 @@ which equals the instance's waiting + running count because every request reache
 at once and leaves it when it finishes. It never reads a worker's cache.
 
 Contract: the simulation calls :meth:`submit` for each request and :meth:`on_finish` for each
-finished or rejected one, in event order.
+finished or rejected one, in event order. A router with :attr:`Router.tracks_first_tokens` is
+also told of each routed request's first token (:meth:`on_first_token`, by the instance when
+the token is out: ``make_router`` connects them), as a real router sees the response stream.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class Router:
     #: events; the engine then connects each worker's cache to it (see ``kv_events``).
     kv_indexer = None
     kv_event_delay_s = 0.0
+    #: Whether :meth:`on_first_token` does anything (instances call it only then).
+    tracks_first_tokens = False
 
     def __init__(self, instances: list, params=None, rng: np.random.Generator | None = None):
         self.instances = instances
@@ -45,6 +49,10 @@ class Router:
         """Record that ``request`` goes to ``instance`` and hand it over."""
         self.in_flight[instance.instance_id] += 1
         instance.submit(request)
+
+    def on_first_token(self, request: LLMRequest) -> None:
+        """The first token of ``request`` has streamed back (called at most once per request
+        by its instance, only if :attr:`tracks_first_tokens`)."""
 
     def on_finish(self, request: LLMRequest) -> None:
         """The response to ``request`` has ended (finished or rejected)."""

@@ -9,7 +9,8 @@ For each worker ``w`` the router computes Dynamo's cost (lower is better)::
   cache, built from the KV events the workers publish (:class:`KvIndexer`, delivered
   ``event_delay_s`` after they happen), never from the cache itself;
 * ``prefill_tokens_w``: prompt tokens still to compute of the requests routed to ``w`` that have
-  no first token yet (Dynamo's active prefill tokens, cleared when the first token streams back);
+  no first token yet (Dynamo's active prefill tokens, cleared when the first token streams back:
+  :meth:`KvAware.on_first_token`, or :meth:`KvAware.on_finish` for a request rejected before it);
 * ``active_blocks_w``: prompt blocks of the requests routed to ``w`` and not finished (Dynamo's
   active decode blocks, freed on completion).
 
@@ -50,6 +51,7 @@ class KvAware(Router):
     """Dynamo's KV router: overlap-weighted prefill blocks still to compute + active blocks, from KV events."""
 
     Params = KvAwareParams
+    tracks_first_tokens = True
 
     def __init__(self, instances, params=None, rng=None):
         super().__init__(instances, params, rng)
@@ -59,30 +61,27 @@ class KvAware(Router):
         n = len(instances)
         self.active_blocks = [0] * n
         self.prefill_tokens = [0] * n
-        #: (request, worker, its prefill tokens) for routed requests without a first token yet.
-        self._prefilling: list = []
+        #: request id -> (worker, its prefill tokens) for routed requests without a first token
+        #: yet. Retired when the token is out, not scanned per routing: in an overloaded or large
+        #: cluster thousands wait for their first token, and a scan per request was quadratic.
+        self._prefilling: dict[int, tuple[int, int]] = {}
         self._blocks_of: dict[int, int] = {}   # request id -> its active blocks
         self.overlap_blocks_routed = 0          # sum of overlap_w of the chosen workers
         self.prompt_blocks_routed = 0
         self._last_overlaps: dict[int, int] | None = None   # from the last choose(), for place()
 
-    def _retire_prefills(self) -> None:
-        """Drop requests whose first token has come back (or that ended) from the prefill load."""
-        still = []
-        prefill_tokens = self.prefill_tokens
-        for entry in self._prefilling:
-            req = entry[0]
-            # first_token_s / finish_s are NaN until they happen (NaN != NaN).
-            if req.first_token_s == req.first_token_s or req.finish_s == req.finish_s:
-                prefill_tokens[entry[1]] -= entry[2]
-            else:
-                still.append(entry)
-        self._prefilling = still
+    def on_first_token(self, request) -> None:
+        self._retire_prefill(request)
+
+    def _retire_prefill(self, request) -> None:
+        """Drop ``request`` from its worker's prefill load (once: its first token is out, or
+        it ended without one)."""
+        entry = self._prefilling.pop(request.request_id, None)
+        if entry is not None:
+            self.prefill_tokens[entry[0]] -= entry[1]
 
     def costs(self, request) -> tuple[list[float], dict[int, int]]:
         """(Dynamo's logit per worker, overlap blocks per worker) for ``request`` now."""
-        if self._prefilling:
-            self._retire_prefills()
         overlaps = self.kv_indexer.overlap_blocks(request.prompt_keys)
         block_tokens = self.block_tokens
         weight = self.params.overlap_score_weight / block_tokens
@@ -127,11 +126,13 @@ class KvAware(Router):
         self.prompt_blocks_routed += blocks
         prefill = max(0, request.prompt_tokens - overlap * self.block_tokens)
         self.prefill_tokens[w] += prefill
-        self._prefilling.append((request, w, prefill))
+        self._prefilling[request.request_id] = (w, prefill)
         self.active_blocks[w] += blocks
         self._blocks_of[request.request_id] = blocks
         super().place(request, instance)
 
     def on_finish(self, request) -> None:
+        if self._prefilling:
+            self._retire_prefill(request)      # ended without a first token (rejected)
         self.active_blocks[request.instance] -= self._blocks_of.pop(request.request_id)
         super().on_finish(request)

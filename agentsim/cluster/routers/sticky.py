@@ -14,6 +14,7 @@ class StickySessions(Router):
         self.inner = inner
         self.kv_indexer = inner.kv_indexer
         self.kv_event_delay_s = inner.kv_event_delay_s
+        self.tracks_first_tokens = inner.tracks_first_tokens
         self.home: dict[int, object] = {}
 
     def choose(self, request):
@@ -24,6 +25,9 @@ class StickySessions(Router):
 
     def submit(self, request) -> None:
         self.inner.place(request, self.choose(request))
+
+    def on_first_token(self, request) -> None:
+        self.inner.on_first_token(request)
 
     def on_finish(self, request) -> None:
         self.inner.on_finish(request)

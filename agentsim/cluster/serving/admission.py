@@ -91,8 +91,8 @@ class Admission:
             req.admitted_s = now
         if req.resume_output_left >= 0:
             resume(req, state, sequence_tokens, tier_hits)
-        elif req.prefill_worker >= 0 and host.kv_handoff is not None:
-            host.kv_handoff.receive(state)   # a prefill worker computed the prompt: its KV comes over
+        elif req.remote_prefill and host.kv_handoff is not None:
+            host.kv_handoff.receive(state)   # a prefill worker computes the prompt: its KV comes over
 
 
 def resume(req: LLMRequest, state: Running, sequence_tokens: int, tier_hits: dict | None = None) -> None:

@@ -14,7 +14,8 @@ A call goes through two workers:
    already holds, to come over from the prefill worker (:class:`KvHandoff`); once it has
    arrived the call decodes, its first token coming with its first decode step.
 
-TTFT = prefill queue + prefill + decode queue + KV transfer + first decode step. The call's hit and computed tokens
+TTFT = prefill queue + prefill + decode queue + KV transfer + first decode step (decoding
+first, the wait for the decode worker is in the queue before the prefill and the decode queue is 0). The call's hit and computed tokens
 are the prefill worker's (they decide the compute); the decode worker's own prefix only
 shortens the transfer (``decode_hit_tokens``). With lower tiers, the part of that prefix the
 decode worker loads from its own tiers comes up while the hand-off runs; the first token waits
@@ -27,9 +28,14 @@ so concurrent hand-offs into one decode worker, or out of one prefill worker, sh
 bandwidth; with a memory hierarchy the NIC ports are the workers' own NIC links, shared with
 remote-store traffic.
 
-Simplified on purpose: the decode worker is chosen when the prefill ends, not before (Dynamo
-picks it first and lets it allocate the blocks; here its KV admission runs when the KV is
-ready, and a full decode worker shows up as decode queueing); the KV moves as one transfer after
+Decode first (``decode_first``, SGLang's prealloc queue): the decode router places the call
+before its prefill; the decode worker's admission reserves its slot and KV and only then sends
+the prefill leg to the prefill router (:meth:`KvHandoff.receive`), so a full decode pool holds
+prefills back instead of letting them run ahead. Otherwise (Dynamo's flow for TensorRT-LLM and
+vLLM) the decode worker is chosen when the prefill ends and a full decode worker shows up as
+decode queueing.
+
+Simplified on purpose: the KV moves as one transfer after
 the prefill, not layer by layer while it runs; the prefill worker's copy is not freed early
 (its cache keeps the blocks, as a prefix cache would).
 """
@@ -105,24 +111,71 @@ class KvHandoff:
         now = host.env.now
         own_hit = state.context_tokens        # the prefix this decode worker holds (or loads) already
         req.decode_hit_tokens = own_hit
-        req.decode_queue_s = now - req.prefill_done_s
+        state.prefill_left = 0
+        state.context_tokens = req.prompt_tokens
+        state.loaded = False                   # the batch loop waits for it like for a load
+        state.kv_waits += 1
+        host.loading += 1
+        if req.prefill_worker >= 0:            # prefilled already: its KV comes over now
+            req.decode_queue_s = now - req.prefill_done_s
+            self._send(state, own_hit)
+        else:                                  # decode first: the slot and KV are held, now prefill
+            host.env.process(self._prefill_then_send(state, own_hit))
+
+    def _send(self, state: Running, own_hit: int) -> None:
+        req = state.req
+        host = self.host
         # The prefill worker's hit and computed tokens are the call's (token conservation).
         req.hit_tokens = req.prefill_hit_tokens
         req.prefilled_tokens = req.prefill_computed_tokens
         req.tier_hit_tokens = dict(req.prefill_tier_hit_tokens)
         size_bytes = (req.prompt_tokens - own_hit) * host.cost.kv_bytes_per_token
         req.kv_transfer_bytes = size_bytes
-        state.prefill_left = 0
-        state.context_tokens = req.prompt_tokens
-        state.loaded = False                   # the batch loop waits for it like for a load
-        state.kv_waits += 1
-        host.loading += 1
         self.transfers += 1
         self.transferred_bytes += size_bytes
-        self._waiting[req.request_id] = now
+        self._waiting[req.request_id] = host.env.now
         links = self.cluster.links_between(req.prefill_worker, host.instance_id)
         self.bytes_by_link_kind[links[0].kind] += size_bytes
         host.env.process(self._transfer(state, links, size_bytes))
+
+    def _prefill_then_send(self, state: Running, own_hit: int):
+        """Decode first (SGLang's prealloc queue): the decode worker has reserved the call's slot
+        and KV; the prefill runs now and its KV comes over when it is done. The wait for the
+        reservation is part of the call's queue before its prefill (``queue_wait_s``, charged to
+        the decode worker's queue causes), so ``decode_queue_s`` is 0."""
+        req = state.req
+        host = self.host
+        waited = {"slot": req.queue_slot_s, "kv": req.queue_kv_s, "load": req.queue_load_s, "step": req.queue_step_s}
+        leg = self.cluster.prefill_leg(req)
+        yield leg.done
+        if leg.rejected:
+            self._drop(state, f"prefill_{leg.reject_reason}")
+            return
+        self.cluster.take_prefill(req, leg)
+        # The call's queue before its prefill: the reservation, then the prefill worker's queue.
+        req.queue_slot_s += waited["slot"]
+        req.queue_kv_s += waited["kv"]
+        req.queue_load_s += waited["load"]
+        req.queue_step_s += waited["step"]
+        req.decode_queue_s = 0.0
+        self._send(state, own_hit)
+
+    def _drop(self, state: Running, reason: str) -> None:
+        """Give back the reservation of a call whose prefill worker rejected it."""
+        host = self.host
+        req = state.req
+        host.loading -= 1
+        state.kv_waits -= 1
+        host.batch.remove(state)
+        node = host.cache.commit(state.node, [], state.cached_blocks, state.reserved_blocks, host.env.now)
+        host.cache.unpin(node)
+        req.hit_tokens = req.prefilled_tokens = req.decode_hit_tokens = 0   # it was served nowhere
+        req.tier_hit_tokens = {}
+        req.rejected = True
+        req.reject_reason = reason
+        req.finish_s = host.env.now
+        host.on_finish(req)
+        host.wake()
 
     def _transfer(self, state: Running, links: list[Link], size_bytes: float):
         yield handoff(self.host.env, links, size_bytes, self.cluster.efficiency)
@@ -151,7 +204,7 @@ class DisaggregatedServing:
 
     def __init__(self, env: simpy.Environment, prefill_instances: list, decode_instances: list,
                  prefill_router, decode_router, prefill_ports: list[HandoffPorts], decode_ports: list[HandoffPorts],
-                 prefill_at: list, decode_at: list, efficiency: float = 1.0):
+                 prefill_at: list, decode_at: list, efficiency: float = 1.0, decode_first: bool = False):
         self.env = env
         self.prefill_instances = prefill_instances
         self.decode_instances = decode_instances
@@ -163,6 +216,8 @@ class DisaggregatedServing:
         self.decode_at = decode_at
         #: Share of a link's bandwidth a hand-off achieves (``transfer_efficiency``).
         self.efficiency = efficiency
+        #: SGLang's order: the decode worker reserves the call's slot and KV before its prefill.
+        self.decode_first = decode_first
         self.on_rejected = None
         self.handoffs = []
         for inst in decode_instances:
@@ -179,22 +234,23 @@ class DisaggregatedServing:
 
     # --- the router's interface for the simulation --------------------------------------------
     def submit(self, call: LLMRequest) -> None:
+        call.remote_prefill = True
+        if self.decode_first:
+            self.decode_router.submit(call)    # its decode worker's admission starts the prefill
+        else:
+            self.env.process(self._serve(call, self.prefill_leg(call)))
+
+    def prefill_leg(self, call: LLMRequest) -> LLMRequest:
+        """Place ``call``'s prefill leg (a copy with one output token) on a prefill worker."""
         leg = LLMRequest(request_id=call.request_id, session_id=call.session_id, agent_class=call.agent_class,
-                         depth=call.depth, call_index=call.call_index, arrival_s=call.arrival_s,
+                         depth=call.depth, call_index=call.call_index, arrival_s=self.env.now,
                          prompt_tokens=call.prompt_tokens, output_tokens=1, prompt_keys=call.prompt_keys,
                          total_keys=call.prompt_keys, done=self.env.event(), agent_id=call.agent_id)
-        self.env.process(self._serve(call, leg))
-
-    def _serve(self, call: LLMRequest, leg: LLMRequest):
         self.prefill_router.submit(leg)
-        yield leg.done
-        if leg.rejected:
-            call.rejected = True
-            call.reject_reason = f"prefill_{leg.reject_reason}"
-            call.finish_s = leg.finish_s
-            if self.on_rejected is not None:
-                self.on_rejected(call)
-            return
+        return leg
+
+    def take_prefill(self, call: LLMRequest, leg: LLMRequest) -> None:
+        """Copy what the finished prefill leg did onto the call."""
         call.prefill_worker = leg.instance
         call.admitted_s = leg.admitted_s           # TTFT's queue part is the prefill queue, and its causes
         call.queue_slot_s, call.queue_kv_s = leg.queue_slot_s, leg.queue_kv_s
@@ -204,6 +260,17 @@ class DisaggregatedServing:
         call.prefill_computed_tokens = leg.prefilled_tokens
         call.prefill_tier_hit_tokens = dict(leg.tier_hit_tokens) if leg.tier_hit_tokens else {"hbm": leg.hit_tokens}
         call.tier_hit_tokens = dict(call.prefill_tier_hit_tokens)
+
+    def _serve(self, call: LLMRequest, leg: LLMRequest):
+        yield leg.done
+        if leg.rejected:
+            call.rejected = True
+            call.reject_reason = f"prefill_{leg.reject_reason}"
+            call.finish_s = leg.finish_s
+            if self.on_rejected is not None:
+                self.on_rejected(call)
+            return
+        self.take_prefill(call, leg)
         self.decode_router.submit(call)
 
     def prefill_finished(self, leg: LLMRequest) -> None:
@@ -212,7 +279,7 @@ class DisaggregatedServing:
         leg.done.succeed()
 
     def on_finish(self, call: LLMRequest) -> None:
-        if call.prefill_worker >= 0:
-            if call.rejected and not call.reject_reason.startswith("decode_"):
+        if call.prefill_worker >= 0 or (self.decode_first and call.instance >= 0):
+            if call.rejected and not call.reject_reason.startswith(("decode_", "prefill_")):
                 call.reject_reason = f"decode_{call.reject_reason}"   # a decode worker refused it
             self.decode_router.on_finish(call)

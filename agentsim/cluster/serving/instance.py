@@ -34,6 +34,7 @@ from agentsim.cluster.serving.movement import load_along_path, stream_through
 from agentsim.cluster.serving.prefetch import Prefetcher
 from agentsim.cluster.serving.queue_causes import QueueCauses
 from agentsim.cluster.serving.recv_interval import RecvInterval
+from agentsim.cluster.serving.step_ahead import StepAhead
 from agentsim.cluster.serving.toolgap import ToolGapMover
 
 
@@ -65,7 +66,8 @@ class ServingInstance:
                  links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None,
                  tiers_config=None, kv_rule: KvAdmissionRule | None = None, preemption: str = "recompute",
                  long_prefill_tokens: int | None = None, mixed_prefill: bool = True,
-                 rank_chunk_tokens: int | None = None, recv_interval_steps: int = 1):
+                 rank_chunk_tokens: int | None = None, recv_interval_steps: int = 1,
+                 schedule_ahead: bool = False):
         self.env = env
         self.instance_id = instance_id
         self.cache = cache
@@ -83,7 +85,13 @@ class ServingInstance:
         self.mixed_prefill = mixed_prefill
         #: SGLang's scheduler_recv_interval: arrivals wait for the next receive point (None: 1).
         self.recv = RecvInterval(recv_interval_steps) if recv_interval_steps > 1 else None
+        #: The scheduler forms each step while the one before runs (step_ahead); None: after it.
+        #: A receive interval has receive points of its own and takes its place.
+        self.ahead = StepAhead() if schedule_ahead and self.recv is None else None
         self.on_finish = on_finish
+        #: ``(request) -> None`` called once when a request's first token is out (set by the
+        #: router that places requests here, if it tracks first tokens; None: nobody listens).
+        self.on_first_token = None
         self.check_invariants = check_invariants
         self.waiting: deque[LLMRequest] = deque()
         #: Background prefills (prefill-ahead): admitted only when no live request waits.
@@ -153,7 +161,10 @@ class ServingInstance:
     def submit(self, request: LLMRequest) -> None:
         request.instance = self.instance_id
         request.queue_mark = self.queue_causes.mark(self.env.now)
-        (self.waiting if self.recv is None else self.recv.unreceived).append(request)
+        if self.ahead is not None and self.batch.running:
+            self.ahead.arrive(request, self.env.now)   # the next step is formed already
+        else:
+            (self.waiting if self.recv is None else self.recv.unreceived).append(request)
         if self.prefetcher is not None:
             self.prefetcher.start(request)
         if not self._wakeup.triggered:
@@ -166,7 +177,8 @@ class ServingInstance:
 
     @property
     def load(self) -> int:
-        return len(self.waiting) + len(self.batch.running) + (len(self.recv) if self.recv is not None else 0)
+        return (len(self.waiting) + len(self.batch.running) + (len(self.recv) if self.recv is not None else 0)
+                + (len(self.ahead) if self.ahead is not None else 0))
 
     def requeue(self, request: LLMRequest) -> None:
         """Put a preempted request back at the front of the waiting queue (its own queue for a
@@ -265,6 +277,8 @@ class ServingInstance:
             else:  # overlapped prefill already finished: first token now
                 if req.first_token_s != req.first_token_s:
                     req.first_token_s = now
+                    if self.on_first_token is not None:
+                        self.on_first_token(req)
                 state.output_left -= 1
                 state.context_tokens += 1
             self.batch.decoding.pending.append(state)  # joins after the iteration in progress, if any
@@ -325,9 +339,12 @@ class ServingInstance:
         growth = self.growth
         kv_stats = self.kv_stats
         recv = self.recv
+        ahead = self.ahead
         while True:
             if recv is not None and recv.unreceived:
                 self.waiting.extend(recv.take(idle=not batch.running))
+            if ahead is not None and ahead.pending:
+                self.waiting.extend(ahead.release(idle=not batch.running))
             self._admit()
             decoding.flush()
             # Arrivals so far have been considered; only later ones should wake us.
@@ -340,6 +357,9 @@ class ServingInstance:
             if self.loading:
                 prefilling = batch.prefilling if self.overlap_layers else [s for s in batch.prefilling if s.loaded]
                 if not prefilling and not decoding.count:
+                    if ahead is not None and ahead.pending:   # no step to form: as if idle
+                        self.waiting.extend(ahead.release(idle=True))
+                        continue
                     yield self._wakeup  # everything waits on loads
                     continue
             else:
@@ -382,6 +402,8 @@ class ServingInstance:
                 req = state.req
                 req.first_token_s = first_step_end_s
                 req.decode_first_step_s = first_step_end_s - (req.prefill_done_s + req.decode_queue_s + req.kv_transfer_s)
+                if self.on_first_token is not None:
+                    self.on_first_token(req)
             else:
                 waiting.append(state)
         self.first_token_waiters = waiting
@@ -414,6 +436,8 @@ class ServingInstance:
             if state.chunk_wait is not None:
                 self._first_chunk(state, start)
         duration = cost.iteration_s(work, n_decoding, decoding.context_tokens())
+        if self.ahead is not None:
+            self.ahead.last_step_start_s = start
         yield env.timeout(duration)
         self.busy_s += duration
         self.iterations += 1
@@ -438,6 +462,8 @@ class ServingInstance:
                 if state.loaded:
                     if state.req.first_token_s != state.req.first_token_s:   # nan: none yet
                         state.req.first_token_s = now
+                        if self.on_first_token is not None:
+                            self.on_first_token(state.req)
                     state.output_left -= 1
                     state.context_tokens += 1
                     decoding.add(state)
@@ -471,6 +497,9 @@ class ServingInstance:
         if recv is not None and recv.unreceived:
             # Requests are waiting to be received: the stretch ends at the next receive point.
             steps = min(steps, recv.steps_until_receive())
+        ahead = self.ahead
+        if ahead is not None and ahead.pending:
+            steps = 1   # arrivals of the last step join once the step formed without them ran
         start = env.now
         if self.first_token_waiters:
             self._first_step_end_s = start + cost.decode_stretch_s(n, context, 1)
@@ -481,8 +510,9 @@ class ServingInstance:
             if timeout not in result:
                 # A request arrived: finish the step in progress, then let it join.
                 done = cost.decode_steps_within(n, context, env.now - start)
-                # It is received after the step in progress, or at the next receive point.
-                until = done + 1 if recv is None else recv.steps_until_receive(done)
+                # It is received after the step in progress (after the one formed during it,
+                # when the scheduler runs a step ahead), or at the next receive point.
+                until = recv.steps_until_receive(done) if recv is not None else done + (1 if ahead is None else 2)
                 if until < steps:
                     steps = until
                 end = start + cost.decode_stretch_s(n, context, steps)
@@ -492,6 +522,8 @@ class ServingInstance:
             yield timeout
         self.busy_s += env.now - start
         self.iterations += steps
+        if ahead is not None:
+            ahead.last_step_start_s = start + cost.decode_stretch_s(n, context, steps - 1)
         decoding.clock += steps
         self.kv_rule.on_decode_steps(steps)
         if recv is not None:

@@ -23,6 +23,7 @@ from agentsim.hardware.timing.precision_fallback import nearest_precision
 from agentsim.hardware.timing.roofline import (ENGINE_OVERHEAD_S, KERNEL_FLOOR_S_PER_LAYER, MOE_GEMM_EFFICIENCY,
                                               RooflineTimer)
 from agentsim.hardware.timing.tables import StepTables, TimingDataUnavailable, load_or_build
+from agentsim.hardware.timing.speculative import with_speculative_decoding
 from agentsim.hardware.timing.tabulated import TabulatedTimer
 
 #: Tables built per deployment, or the message of why none could be (a string, not the
@@ -61,11 +62,13 @@ def deployment_of(scenario, max_context_tokens: int | None = None) -> Deployment
     tp, pp, dp, moe_tp, moe_ep = parallelism(scenario)
     serving, precision = scenario.serving, scenario.serving.precision
     contexts = [c.max_context_tokens for c in scenario.workload.agent_classes.values()]
+    # With MTP a decode step verifies draft_tokens + 1 tokens per sequence (speculative.py).
+    width = 1 + (serving.speculative_decoding.draft_tokens if serving.speculative_decoding else 0)
     return Deployment(
         model=canonical_model(scenario.model.name), system=scenario.hardware.system, backend=serving.engine,
         backend_version=serving.engine_version, tp=tp, pp=pp, attention_dp=dp, moe_tp=moe_tp, moe_ep=moe_ep,
         gemm_quant=precision.weights, moe_quant=precision.moe, kv_quant=precision.kv_cache, fmha_quant=precision.attention,
-        max_num_tokens=serving.batch_tokens(), max_num_seqs=max(serving.batch_requests(), 8),
+        max_num_tokens=serving.batch_tokens(), max_num_seqs=max(serving.batch_requests() * width, 8),
         max_context_tokens=max_context_tokens or max(contexts + [8192]))
 
 
@@ -143,7 +146,8 @@ def build_timer(scenario, max_context_tokens: int | None = None):
     required but unavailable."""
     mode = scenario.serving.timing
     if mode == "roofline":
-        return roofline_timer(scenario), TimingChoice("roofline", "serving.timing is roofline", None)
+        return (with_speculative_decoding(roofline_timer(scenario), scenario),
+                TimingChoice("roofline", "serving.timing is roofline", None))
     reason = _why_not_measured(scenario)
     deployment = None
     if reason is None:
@@ -157,8 +161,8 @@ def build_timer(scenario, max_context_tokens: int | None = None):
             timer = TabulatedTimer(tables, scenario.model.kv_bytes_per_token, scenario.serving.batch_tokens(),
                                    attention_dp=dp, overhead_s=ENGINE_OVERHEAD_S[scenario.serving.engine])
             reason = "; ".join([tables.provenance, *substitutions])
-            return timer, TimingChoice("measured", reason, deployment.describe())
+            return with_speculative_decoding(timer, scenario), TimingChoice("measured", reason, deployment.describe())
     if mode == "measured":
         raise InputError(f"serving.timing is measured but {reason}", location="serving.timing")
-    return roofline_timer(scenario), TimingChoice("roofline", f"measured timing unavailable: {reason}",
-                                                  deployment.describe() if deployment else None)
+    return with_speculative_decoding(roofline_timer(scenario), scenario), TimingChoice(
+        "roofline", f"measured timing unavailable: {reason}", deployment.describe() if deployment else None)
