@@ -186,6 +186,48 @@ def _base_is_sweep(tmp):
         f"{path}: line 2", "is a sweep file, not a scenario"]
 
 
+# --- command-line options: non-finite and out-of-range values, blame -----------------------------------
+def _replay_case(id: str, extra: list[str], fragments: list[str], command: str = "replay"):
+    def build(tmp: Path):
+        path = _trace(tmp, "t.jsonl", MOONCAKE_OK)
+        return [command, str(path), "--json", *extra], fragments
+    CASES.append(Case(id, build))
+
+
+_replay_case("replay-session-offset-nan", ["--session-offset", "nan"], ["--session-offset", "finite", "nan"])
+_replay_case("mrc-session-offset-infinite", ["--session-offset", "inf"], ["--session-offset", "finite", "inf"], "mrc")
+_replay_case("replay-capacity-fraction-above-one", ["--capacity-fraction", "2"], ["--capacity-fraction", "(0, 1]"])
+
+
+@case("graph-duration-blamed-on-option")
+def _graph_duration(tmp):
+    path = _scenario(tmp, BASE, "ok.yaml")
+    return ["graph", str(path), "--out", str(tmp / "graph"), "--duration", "forever"], [
+        "error: --duration:", "cannot read 'forever' as a duration"]
+
+
+def _measured_csv(tmp: Path, edit) -> Path:
+    from tests.conftest import ROOT
+
+    text = (ROOT / "tests" / "fixtures" / "serving-benchmarks" / "measured_sample.csv").read_text()
+    path = tmp / "measured.csv"
+    path.write_text(edit(text))
+    return path
+
+
+@case("check-timing-header-only")
+def _csv_header_only(tmp):
+    path = _measured_csv(tmp, lambda text: text.splitlines()[0] + "\n")
+    return ["check-timing", str(path)], [str(path), "no rows below the header"]
+
+
+@case("check-timing-unknown-mode")
+def _csv_unknown_mode(tmp):
+    path = _measured_csv(tmp, lambda text: text.replace(",agg,", ",hybrid,", 1))
+    line = next(n for n, row in enumerate(path.read_text().splitlines(), 1) if ",hybrid," in row)
+    return ["check-timing", str(path)], [str(path), f"line {line}", "column mode must be agg or disagg", "'hybrid'"]
+
+
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
 def test_bad_input(case: Case, tmp_path: Path):
     tmp, wall_s = check_refused(case, tmp_path, max_memory_bytes=MAX_MEMORY_BYTES)
