@@ -199,6 +199,14 @@ _replay_case("mrc-session-offset-infinite", ["--session-offset", "inf"], ["--ses
 _replay_case("replay-capacity-fraction-above-one", ["--capacity-fraction", "2"], ["--capacity-fraction", "(0, 1]"])
 
 
+@case("replay-open-loop-trace-span-huge")
+def _trace_span_huge(tmp):
+    # A finite but absurd timestamp: the simulated clock (and its samplers) would run to it.
+    path = _trace(tmp, "t.jsonl", MOONCAKE_OK + MOONCAKE_OK.replace('"timestamp": 0', '"timestamp": 1e308'))
+    return ["replay", str(path), "--json", "--mode", "open-loop", "--capacity-blocks", "100"], [
+        str(path), "trace spans", "limits.max_duration_s"]
+
+
 @case("graph-duration-blamed-on-option")
 def _graph_duration(tmp):
     path = _scenario(tmp, BASE, "ok.yaml")
