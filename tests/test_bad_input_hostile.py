@@ -207,6 +207,12 @@ def _trace_span_huge(tmp):
         str(path), "trace spans", "limits.max_duration_s"]
 
 
+@case("examples-copy-unwritable")
+def _examples_unwritable(tmp):
+    # /proc refuses new entries even to root.
+    return ["examples", "--copy", "/proc/agentsim-examples"], ["/proc/agentsim-examples", "cannot copy the examples"]
+
+
 @case("graph-duration-blamed-on-option")
 def _graph_duration(tmp):
     path = _scenario(tmp, BASE, "ok.yaml")
