@@ -36,7 +36,9 @@ import pandas as pd
 from agentsim.yaml_text import safe_load
 from agentsim.errors import InputError
 from agentsim.metrics.catalogue import KEY_METRICS, format_value
+from agentsim.input_files import read_input_text
 from agentsim.result_files import read_json_object, read_table
+from agentsim.results import read_summary
 from agentsim.report_tables import (agent_class_html, deployment_html, html_table, slowest_requests_table,
                                     stats_frame, summary_html, sweep_class_frame, sweep_deployment_frame)
 
@@ -85,7 +87,14 @@ def warmup_of(run_dir: Path) -> float:
         return 0.0
     import yaml
 
-    data = safe_load(path.read_text()) or {}
+    try:
+        data = safe_load(read_input_text(path, "resolved scenario")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputError(f"resolved scenario is not valid YAML ({getattr(exc, 'problem', None) or exc.__class__.__name__})",
+                         str(path), f"line {mark.line + 1}" if mark is not None else None) from None
+    if not isinstance(data, dict) or not isinstance(data.get("run") or {}, dict):
+        raise InputError("resolved scenario must be a mapping of sections (a run: mapping)", str(path))
     value = (data.get("run") or {}).get("warmup_s", 0.0)
     return float(value) if isinstance(value, (int, float)) else 0.0
 
@@ -120,7 +129,7 @@ def runs_table(directory: str | Path) -> pd.DataFrame:
             row["run_dir"] = str(run_dir)
             if (run_dir / "summary.json").exists():
                 row["status"] = "ok"
-                for key, value in _flatten(read_json_object(run_dir / "summary.json", "summary")).items():
+                for key, value in _flatten(read_summary(run_dir / "summary.json")).items():
                     row.setdefault(key, value)
             else:
                 row["status"] = "error" if (run_dir / "error.json").exists() else "missing"

@@ -14,7 +14,15 @@ from pathlib import Path
 import pandas as pd
 
 from agentsim.errors import InputError
-from agentsim.input_files import read_input_text
+from agentsim.input_files import read_input_text, require_regular_file
+
+
+class _NonFinite(ValueError):
+    """``NaN``/``Infinity`` in a JSON file: Python's json reads them, agentsim never writes them."""
+
+
+def _no_constant(name: str):
+    raise _NonFinite(name)
 
 
 def read_json_object(path: str | Path, what: str = "JSON file") -> dict:
@@ -25,7 +33,10 @@ def read_json_object(path: str | Path, what: str = "JSON file") -> dict:
     if not text.strip():
         raise InputError(f"{what} is empty (a write that did not finish?)", str(path))
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant)
+    except _NonFinite as exc:
+        raise InputError(f"{what} holds {exc.args[0]}, which agentsim never writes (it writes null for a value "
+                         "that is not finite)", str(path)) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{what} is not valid JSON ({exc.msg}; truncated?)", str(path),
                          f"line {exc.lineno}, column {exc.colno}") from None
@@ -36,13 +47,20 @@ def read_json_object(path: str | Path, what: str = "JSON file") -> dict:
     return data
 
 
-def read_table(path: str | Path) -> pd.DataFrame:
-    """A Parquet table; InputError naming the file if it is not readable Parquet."""
+def read_table(path: str | Path, required_columns: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A Parquet table; InputError naming the file if it is not a regular file, not readable
+    Parquet or lacks one of ``required_columns``."""
     import pyarrow
 
     path = Path(path)
+    require_regular_file(path, "Parquet file")  # pyarrow would read a directory as a dataset
     try:
-        return pd.read_parquet(path)
+        table = pd.read_parquet(path)
     except (pyarrow.ArrowException, OSError, ValueError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         raise InputError(f"not a readable Parquet table ({reason})", str(path)) from None
+    missing = [name for name in required_columns if name not in table.columns]
+    if missing:
+        raise InputError(f"not an agentsim table: no column {', '.join(missing[:5])}"
+                         f"{' ...' if len(missing) > 5 else ''}", str(path))
+    return table

@@ -83,12 +83,38 @@ def write_run(result, out_dir: str | Path, scenario_yaml: str | None = None) -> 
         return target.commit()
 
 
+#: Summary keys that hold text (every metric of the catalogue holds a number or null).
+SUMMARY_TEXT_KEYS = ("scenario", "policy")
+
+
+def read_summary(path: str | Path) -> dict:
+    """A run's ``summary.json`` (:func:`read_json_object`), its values checked against what
+    agentsim writes: every metric of :mod:`agentsim.metrics.catalogue` a number or null, the
+    scenario and policy names text. A hand-edited or foreign summary is one InputError naming
+    the key, not a traceback in whatever formats it."""
+    from agentsim.metrics.catalogue import CATALOGUE
+
+    summary = read_json_object(path, "summary")
+    for key, value in summary.items():
+        if key in SUMMARY_TEXT_KEYS:
+            if not isinstance(value, str):
+                raise InputError(f"summary key {key!r} must be text, got {value!r}", str(path))
+        elif key in CATALOGUE and CATALOGUE[key].unit and value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise InputError(f"summary key {key!r} must be a number or null, got {value!r}", str(path))
+    return summary
+
+
 def load_run(run_dir: str | Path) -> tuple[dict, dict[str, pd.DataFrame]]:
     """(summary, tables) of a run directory written by :func:`write_run`."""
     run_dir = Path(run_dir)
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():
         raise InputError("no summary.json here: not a run directory", str(run_dir))
-    summary = read_json_object(summary_path, "summary")
-    tables = {path.stem: read_table(path) for path in sorted(run_dir.glob("*.parquet"))}
+    from agentsim.metrics.records import RequestRecord, columns
+
+    summary = read_summary(summary_path)
+    # The request table is what every figure reads: a foreign Parquet file named like it is refused.
+    required = {"requests": tuple(columns(RequestRecord))}
+    tables = {path.stem: read_table(path, required.get(path.stem, ())) for path in sorted(run_dir.glob("*.parquet"))}
     return summary, tables

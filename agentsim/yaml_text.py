@@ -17,6 +17,7 @@ expansion. The budget is raised on purpose with ``AGENTSIM_MAX_YAML_NODES``.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import yaml
@@ -85,6 +86,26 @@ def expanded_node_count(root: yaml.Node, source: str, budget: int) -> int:
     return sizes.get(id(root), 0)
 
 
+def _long_scalar_line(root: yaml.Node) -> str | None:
+    """``line N`` of the longest scalar under ``root`` (the one a ValueError of the constructor
+    is about: only an over-long integer makes the safe constructor raise one)."""
+    longest: yaml.Node | None = None
+    stack, seen = [root], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode):
+            if longest is None or len(node.value) > len(longest.value):
+                longest = node
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(n for pair in node.value for n in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return None if longest is None else f"line {longest.start_mark.line + 1}"
+
+
 def load_document(text: str, source: str) -> tuple[Any, yaml.Node | None]:
     """(data, node graph) of one YAML document, after the expanded-size check.
 
@@ -96,6 +117,10 @@ def load_document(text: str, source: str) -> tuple[Any, yaml.Node | None]:
         if root is None:
             return None, None
         expanded_node_count(root, source, budget)
-        return loader.construct_document(root), root
+        try:
+            return loader.construct_document(root), root
+        except ValueError as exc:  # an integer past Python's digit limit (sys.get_int_max_str_digits)
+            raise InputError(f"a number too long to read (more than {sys.get_int_max_str_digits():,} digits)",
+                             source, _long_scalar_line(root)) from None
     finally:
         loader.dispose()

@@ -28,7 +28,7 @@ LAYERS: list[set[str]] = [
     {"cluster", "hardware"},
     {"engine"},
     {"experiments", "replay"},
-    {"plots", "plot_style", "sweep_plots", "report", "report_tables"},
+    {"plots", "plot_style", "sweep_plots", "hierarchy_plots", "report", "report_tables"},
     {"commands", "cli"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}

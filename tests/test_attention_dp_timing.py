@@ -73,7 +73,7 @@ def _serving(dp: int, **serving):
         "model": {"profile": "deepseek_v3"},
         "serving": {"engine": "trtllm", "parallelism": {"tp": 4 // dp, "attention_dp": dp}, **serving},
         "workload": {"agent_classes": {"c": {"arrival": {"kind": "population", "concurrent": 1},
-                                             "max_context_tokens": 8192}}}}).serving
+                                             "max_context_tokens": 8192, "tools_prefix_tokens": 0}}}}).serving
 
 
 def test_the_token_budget_is_per_attention_dp_rank():

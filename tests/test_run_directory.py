@@ -43,7 +43,9 @@ def _siblings(path: Path) -> list[str]:
 def test_a_rewrite_replaces_every_table(tmp_path):
     """A tiered run followed by an HBM-only run leaves no stale links table beside the new one."""
     out = tmp_path / "run"
-    frame = pd.DataFrame({"x": [1, 2]})
+    from agentsim.metrics.records import RequestRecord, columns
+
+    frame = pd.DataFrame({name: [1, 2] for name in columns(RequestRecord)})  # read back as a request table
     write_run(_result({"requests": frame, "links": frame}, 2), out)
     assert sorted(p.name for p in out.iterdir()) == ["links.parquet", "requests.parquet", "summary.json"]
     write_run(_result({"requests": frame}, 5), out)

@@ -32,7 +32,7 @@ def _scenario(**model):
         "model": {"profile": "llama31_8b", **model},
         "serving": {"engine": "vllm", "max_num_seqs": 64, "max_num_batched_tokens": 2048},
         "workload": {"agent_classes": {"c": {"arrival": {"kind": "population", "concurrent": 1},
-                                             "max_context_tokens": 8192}}}})
+                                             "max_context_tokens": 8192, "tools_prefix_tokens": 0}}}})
 
 
 def test_tables_built_fresh_and_loaded_from_the_cache_are_identical(cache):

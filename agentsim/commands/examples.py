@@ -32,6 +32,8 @@ def register(app: typer.Typer) -> None:
                 written = copy_examples(copy, overwrite=force)
             except FileExistsError as exc:
                 raise InputError(f"{exc} exists already (nothing copied; --force overwrites)", "--copy") from None
+            except OSError as exc:  # a directory that cannot be created, a full disk
+                raise InputError(f"cannot copy the examples there ({exc.strerror or exc})", str(copy)) from None
             console.print(f"copied {len(written)} examples to {copy}/; try: agentsim run {copy}/scenarios/coding-agents.yaml")
             return
         table = Table(title=f"examples in {root}", header_style="bold")

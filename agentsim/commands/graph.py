@@ -42,7 +42,15 @@ def register(app: typer.Typer) -> None:
 
         import networkx as nx
 
-        scenario = load_scenario(scenario_file, list(set_ or []) + [f"duration_s={duration}"], seed)
+        from agentsim.config.units import UnitError, parse_duration
+
+        try:  # blamed on --duration, not on the --set it becomes
+            duration_s = parse_duration(duration)
+        except UnitError as exc:
+            raise InputError(str(exc), "--duration") from None
+        if not 0 < duration_s < float("inf"):
+            raise InputError(f"the duration must be positive and finite, got {duration!r}", "--duration")
+        scenario = load_scenario(scenario_file, list(set_ or []) + [f"duration_s={duration_s!r}"], seed)
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -201,18 +201,28 @@ def register(app: typer.Typer) -> None:
         Rerunning with the same --out skips finished runs (failed runs are retried).
         """
         from agentsim.experiments.executors import make_executor
-        from agentsim.experiments.spec import expand_cells, load_sweep
+        from agentsim.experiments.spec import check_baseline, expand_cells, load_sweep
         from agentsim.experiments.stats import cell_regimes
-        from agentsim.experiments.sweep import ScenarioBuilder, run_sweep
+        from agentsim.experiments.sweep import ScenarioBuilder, no_valid_cell, plan_runs, run_sweep
 
         sweep = load_sweep(sweep_file)
         if dry_run:
-            builder = ScenarioBuilder(sweep.base_data, str(sweep.base_path), sweep.base_lines, sweep.base_path.parent,
-                                      fixed=sweep.spec.set)
+            # Each cell is validated as a run would (cheap beside a run): a dry run that lists
+            # cells every run of which would fail is no check of the sweep file.
+            builder = ScenarioBuilder.for_sweep(sweep)
             cells = expand_cells(sweep, builder.to_number)
+            check_baseline(sweep, cells)
+            planned, _ = plan_runs(builder, cells, sweep.seeds()[:1])
+            errors = {run.cell_index: run.error for run in planned if run.task is None}
+            if cells and len(errors) == len(cells):
+                raise no_valid_cell(sweep, errors[cells[0].index])
             for cell in cells:
                 console.print(f"{cell.index:4d}  {cell.label}", overflow="fold", soft_wrap=False)
-            console.print(f"{len(cells)} cells x {len(sweep.seeds())} seeds {sweep.seeds()}")
+                if cell.index in errors:
+                    err_console.print(f"      [red]invalid[/red]: {errors[cell.index].removeprefix('InputError: ')}",
+                                      overflow="fold", soft_wrap=False)
+            console.print(f"{len(cells)} cells x {len(sweep.seeds())} seeds {sweep.seeds()}"
+                          + (f"; {len(errors)} invalid (their runs would fail)" if errors else ""))
             return
         out_dir = out or Path("runs") / "sweeps" / sweep.spec.name
         executor = make_executor(workers, dask)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentsim.config.distributions import support
 from agentsim.config.units import Seconds
 from agentsim.errors import FieldError
 
@@ -26,6 +27,9 @@ class Limits(BaseModel):
     max_duration_s: Seconds = Field(366 * 86400.0, gt=0, description="simulated time (duration_s): one year")
     max_prompt_tokens: int = Field(10_000_000, gt=0, description="longest prompt (shared prefixes plus max_context_tokens) in tokens")
     max_batch_requests: int = Field(1_000_000, gt=0, description="serving.max_batch_requests")
+    max_blocks_per_tier: int = Field(2**32, gt=0, description="KV blocks one tier of one instance may hold (HBM: "
+                                     "kv_capacity / block bytes; a tier below it: its capacity / block bytes); "
+                                     "every block count stays a machine integer")
     max_drain_s: Seconds = Field(3600.0, ge=0, description="simulated time after duration_s the run may take to finish "
                                  "the calls in flight (drain: true); calls still in flight then are rejected with "
                                  "reason drain_limit (agentsim.engine.drain)")
@@ -62,6 +66,12 @@ def check_limits(scenario) -> None:
     if scenario.serving.max_batch_requests > limits.max_batch_requests:
         raise FieldError(("serving", "max_batch_requests"), f"{scenario.serving.max_batch_requests:,} exceeds the limit of "
                          f"{limits.max_batch_requests:,}; {limit_hint('max_batch_requests')}")
+    block_bytes = scenario.cache.block_tokens * scenario.model.kv_bytes_per_token
+    hbm_blocks = scenario.kv_capacity_bytes_per_instance() / block_bytes
+    if hbm_blocks > limits.max_blocks_per_tier:
+        blamed = ("hardware", "kv_capacity_bytes") if scenario.hardware.kv_capacity_bytes is not None else ("hardware", "hbm_bytes_per_gpu")
+        raise FieldError(blamed, f"{_count_text(hbm_blocks)} KV blocks of {block_bytes:,.0f} bytes per instance exceed the "
+                                 f"limit of {limits.max_blocks_per_tier:,} blocks per tier; {limit_hint('max_blocks_per_tier')}")
     classes = scenario.workload.agent_classes
     concurrent = {name: c.arrival.concurrent or 0 for name, c in classes.items() if c.arrival.kind == "population"}
     if sum(concurrent.values()) > limits.max_concurrent_sessions:
@@ -77,6 +87,14 @@ def check_limits(scenario) -> None:
                          f"up to {_count_text(sum(expected.values()))} sessions would start in {scenario.duration_s:g} s "
                          f"(peak rate times duration), above the limit of {limits.max_expected_sessions:.3g}; "
                          f"{limit_hint('max_expected_sessions')}")
+    for name, agent in classes.items():
+        # Every sub-agent is a live session too: a fanout that alone exceeds the session limit
+        # would be spawned (and allocated) at the first join.
+        fanout = support(agent.subagents.fanout)[0] if agent.subagents.probability > 0 else 0
+        if fanout > limits.max_concurrent_sessions:
+            raise FieldError(("workload", "agent_classes", name, "subagents", "fanout"),
+                             f"a fanout of at least {fanout:,.0f} sub-agents per join exceeds the limit of "
+                             f"{limits.max_concurrent_sessions:,} concurrent sessions; {limit_hint('max_concurrent_sessions')}")
     shared = scenario.workload.global_system_prompt_tokens
     for name, agent in classes.items():
         for field, tokens in (("tools_prefix_tokens", shared + agent.tools_prefix_tokens),

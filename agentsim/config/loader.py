@@ -25,7 +25,7 @@ from agentsim.config.scenario import Scenario
 from agentsim.config.yaml_paths import LineMap, Path_, blame, format_path
 from agentsim.errors import FieldError, InputError, closest_name, did_you_mean
 from agentsim.input_files import read_input_text
-from agentsim.yaml_text import load_document, safe_load
+from agentsim.yaml_text import load_document
 
 
 def _line_map(root: yaml.Node | None) -> dict[Path_, int]:
@@ -106,7 +106,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key or any(not part for part in key.split(".")):
         raise InputError(f"--set has an empty path in {text!r}", "--set")
     try:
-        value = safe_load(raw) if raw.strip() else ""
+        # Through the same expanded-size and number checks as a file: a value is YAML too.
+        value = load_document(raw, f"--set {text}")[0] if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return key.split("."), value

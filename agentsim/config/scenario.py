@@ -8,18 +8,19 @@ holds plain SI numbers and says its unit in its name.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentsim.config.limits import Limits, check_limits
 from agentsim.config.units import Bytes, BytesPerSecond, Count, FlopsPerSecond, Seconds
 from agentsim.errors import FieldError, did_you_mean
-from agentsim.config.distributions import DistributionSpec, require_support_at_least
 from agentsim.config.disaggregation import DisaggregationConfig, check_pools  # noqa: F401
 from agentsim.config.base import PolicyRef, Strict  # noqa: F401  (re-exported: the scenario's parts)
 from agentsim.config.serving import Parallelism, Precision, ServingConfig  # noqa: F401  (re-exported)
 from agentsim.config.weights import weights_bytes
+from agentsim.config.workload import (  # noqa: F401  (re-exported: the scenario's parts)
+    AgentClass, Arrival, Burst, Compaction, Edits, SubAgents, WorkloadConfig)
 
 
 def check_output_name(value: str) -> str:
@@ -99,7 +100,7 @@ class ModelConfig(Strict):
     """The served model: what its KV costs and how much compute a token needs."""
 
     profile: str | None = Field(None, description="model profile name (e.g. deepseek_v3); explicit fields override it")
-    kv_bytes_per_token: Bytes = Field(35136, gt=0, description="KV cache bytes per token (all layers)")
+    kv_bytes_per_token: Bytes = Field(35136, ge=1, description="KV cache bytes per token (all layers; at least one byte)")
     active_params: Count = Field(37e9, gt=0, description="parameters active per token (MoE: active experts)")
     total_params: Count = Field(671e9, gt=0, description="all parameters (weight memory)")
     bytes_per_param: float = Field(1.0, gt=0, description="weight bytes per parameter (FP8 = 1)")
@@ -260,148 +261,6 @@ class CacheConfig(Strict):
                                  description="A1 admission filter at release (admit_all, second_hit, tinylfu; see `agentsim policies`)")
 
 
-class Arrival(Strict):
-    """How sessions of an agent class arrive.
-
-    ``poisson``: sessions start at ``rate_per_s`` (exponential inter-arrivals) until the end of the
-    run. ``population``: ``concurrent`` sessions are kept alive; when one ends, a new one starts
-    after ``restart_delay_s``.
-    """
-
-    kind: Literal["poisson", "population"] = "population"
-    rate_per_s: float | None = Field(None, gt=0)
-    concurrent: int | None = Field(None, gt=0)
-    ramp_s: Seconds = Field(0.0, ge=0, description="population: spread the initial session starts uniformly over this time")
-    restart_delay_s: Seconds = Field(0.0, ge=0)
-    diurnal: list[float] | None = Field(None, description="poisson: 24 hourly rate multipliers (hour 0 starts at t=0), repeating daily")
-    bursts: list["Burst"] = Field(default_factory=list, description="poisson: windows where the rate is multiplied")
-
-    @field_validator("diurnal")
-    @classmethod
-    def _diurnal_shape(cls, value):
-        if value is not None:
-            if len(value) != 24:
-                raise ValueError(f"diurnal needs 24 hourly multipliers, got {len(value)}")
-            if any(v < 0 for v in value) or not any(v > 0 for v in value):
-                raise ValueError("diurnal multipliers must be >= 0 and not all zero")
-        return value
-
-    #: Keys that only one arrival kind reads: given to the other kind they would be ignored.
-    KIND_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {"poisson": ("rate_per_s", "diurnal", "bursts"),
-                 "population": ("concurrent", "ramp_s", "restart_delay_s")}
-
-    @model_validator(mode="after")
-    def _check_kind(self):
-        if self.kind == "poisson" and self.rate_per_s is None:
-            raise FieldError(("rate_per_s",), "a poisson arrival needs rate_per_s")
-        if self.kind == "population" and self.concurrent is None:
-            raise FieldError(("concurrent",), "a population arrival needs concurrent")
-        for kind, keys in self.KIND_KEYS.items():
-            if kind == self.kind:
-                continue
-            for key in keys:
-                # A value other than the default: a resolved scenario (a sweep cell, a
-                # scenario.resolved.yaml) spells every key out with its default.
-                field = type(self).model_fields[key]
-                if getattr(self, key) != field.get_default(call_default_factory=True):
-                    raise FieldError((key,), f"{key} belongs to a {kind} arrival, and this one is kind {self.kind} "
-                                             f"(it would be ignored); remove it or set kind: {kind}")
-        return self
-
-    def peak_rate_per_s(self) -> float:
-        """Poisson: an upper bound of the session start rate (diurnal peak times every burst)."""
-        peak = (self.rate_per_s or 0.0) * (max(self.diurnal) if self.diurnal else 1.0)
-        for burst in self.bursts:
-            peak *= max(1.0, burst.multiplier)
-        return peak
-
-
-class Burst(Strict):
-    """A burst: between ``start_s`` and ``start_s + duration_s`` the arrival rate is multiplied."""
-
-    start_s: Seconds = Field(ge=0)
-    duration_s: Seconds = Field(gt=0)
-    multiplier: float = Field(gt=0)
-
-
-class SubAgents(Strict):
-    """Sub-agent fan-out: after a call, with ``probability`` the agent spawns ``fanout``
-    sub-agents that share its history as their prefix, run concurrently, and are joined
-    before the parent's next call."""
-
-    probability: float = Field(0.0, ge=0, le=1)
-    fanout: DistributionSpec = Field(default=2)
-    calls: DistributionSpec = Field(default=5, description="LLM calls each sub-agent makes")
-    system_tokens: int = Field(0, ge=0, description="the sub-agents' own system/tools prompt, after the parent's prefix (shared by siblings)")
-    task_tokens: DistributionSpec = Field(default=2000, description="tokens of the sub-agent's own task appended to the shared prefix")
-    result_tokens: DistributionSpec = Field(default=1000, description="tokens the parent appends when it joins a sub-agent")
-
-    @field_validator("fanout", "calls", "task_tokens", "result_tokens")
-    @classmethod
-    def _non_negative(cls, spec, info):
-        return require_support_at_least(spec, 0, info.field_name)
-
-
-class Compaction(Strict):
-    """Context mutation: when a session's context exceeds ``trigger_tokens`` it is rewritten to
-    ``keep_tokens`` (a summary), invalidating cached blocks past the shared prefix."""
-
-    trigger_tokens: int = Field(gt=0)
-    keep_tokens: int = Field(gt=0)
-
-    @model_validator(mode="after")
-    def _keep_below_trigger(self):
-        if self.keep_tokens >= self.trigger_tokens:
-            raise FieldError(("keep_tokens",), "keep_tokens must be smaller than trigger_tokens")
-        return self
-
-
-class Edits(Strict):
-    """Context edits: after a call, with ``probability`` the agent drops stale tool output at a
-    depth (a uniform fraction of its private history between ``min_depth_fraction`` and 1);
-    ``dropped_tokens`` are removed there and everything after is rewritten, so cached blocks
-    past that offset no longer match."""
-
-    probability: float = Field(0.0, ge=0, le=1)
-    min_depth_fraction: float = Field(0.3, ge=0, le=1)
-    dropped_tokens: DistributionSpec = Field(default=2000)
-
-    @field_validator("dropped_tokens")
-    @classmethod
-    def _non_negative(cls, spec, info):
-        return require_support_at_least(spec, 0, info.field_name)
-
-
-class AgentClass(Strict):
-    """One kind of agent (coding agent, chat user, batch tool agent ...)."""
-
-    arrival: Arrival
-    tools_prefix_tokens: int = Field(12000, ge=0, description="system + tool definitions shared by every session of this class")
-    initial_context_tokens: DistributionSpec = Field(default=2000, description="the session's first user message")
-    calls_per_session: DistributionSpec = Field(default=20, description="LLM calls per session")
-    tool_gap_s: DistributionSpec = Field(default=9.0, description="seconds between a call ending in a tool call and the next call")
-    human_turn_probability: float = Field(0.1, ge=0, le=1, description="chance a call ends the turn and waits for a human")
-    human_gap_s: DistributionSpec = Field(default=210.0, description="seconds a human takes before the next turn")
-    appended_tokens: DistributionSpec = Field(default=1500, description="tokens appended to the context per call (tool results, user text)")
-    output_tokens: DistributionSpec = Field(default=300, description="tokens generated per call")
-    max_context_tokens: int = Field(200_000, gt=0, description="prompts are capped at this length (the model's window)")
-    subagents: SubAgents = Field(default_factory=SubAgents)
-    compaction: Compaction | None = None
-    edits: Edits | None = None
-
-    @field_validator("initial_context_tokens", "calls_per_session", "tool_gap_s", "human_gap_s",
-                     "appended_tokens", "output_tokens")
-    @classmethod
-    def _non_negative(cls, spec, info):
-        # Gaps and token counts cannot be negative (calls and outputs below one are drawn as one).
-        return require_support_at_least(spec, 0, info.field_name)
-
-
-class WorkloadConfig(Strict):
-    global_system_prompt_tokens: int = Field(0, ge=0, description="prompt prefix shared by every agent class")
-    agent_classes: dict[str, AgentClass] = Field(min_length=1)
-
-
 class SloConfig(Strict):
     """Per-request targets (for SLA attainment) and run-level percentile targets."""
 
@@ -443,6 +302,14 @@ class Scenario(Strict):
     @classmethod
     def _name_ok(cls, value: str) -> str:
         return check_output_name(value)
+
+    @model_validator(mode="after")
+    def _warmup_within_duration(self):
+        # Every request would arrive inside the warm-up and be left out of every latency figure.
+        if self.run.warmup_s >= self.duration_s:
+            raise FieldError(("run", "warmup_s"), f"warmup_s ({self.run.warmup_s:g} s) is not shorter than duration_s "
+                                                  f"({self.duration_s:g} s): no request would be measured")
+        return self
 
     @model_validator(mode="after")
     def _within_limits(self):
@@ -503,6 +370,3 @@ class Scenario(Strict):
 
     def kv_capacity_blocks_per_instance(self) -> int:
         return int(self.kv_capacity_bytes_per_instance() // (self.cache.block_tokens * self.model.kv_bytes_per_token))
-
-
-Arrival.model_rebuild()

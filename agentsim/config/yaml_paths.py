@@ -28,17 +28,19 @@ def locate(lines: dict[Path_, int], path: Path_) -> str:
 
 
 class LineMap(dict):
-    """Path -> line of a parsed file, plus the paths that ``--set`` replaced (path -> the
-    ``PATH=VALUE`` text): a value given on the command line has no line in the file, and an
-    error in it is blamed on the option (:func:`override_at`)."""
+    """Path -> line of a parsed file, plus the paths whose value came from elsewhere: ``--set``
+    (path -> the ``PATH=VALUE`` text; a value given on the command line has no line in the file,
+    and an error in it is blamed on the option) or another file (path -> (that file, its line):
+    a sweep file's ``set:`` or axis value). See :func:`override_at` and :func:`blame`."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.overrides: dict[Path_, str] = {}
+        self.overrides: dict[Path_, str | tuple[str, int | None]] = {}
 
 
-def override_at(lines: dict, path: Path_) -> str | None:
-    """The ``--set PATH=VALUE`` text whose path is ``path`` or one of its ancestors, or None."""
+def override_at(lines: dict, path: Path_) -> str | tuple[str, int | None] | None:
+    """What replaced ``path`` or one of its ancestors (a ``--set PATH=VALUE`` text or a
+    (file, line) pair), or None."""
     overrides = getattr(lines, "overrides", None)
     if not overrides:
         return None
@@ -54,6 +56,9 @@ def blame(lines: dict, source: str, path: Path_) -> tuple[str, str]:
     """(source, location) for an error at ``path``: the file and ``line N: path``, or, for a
     value a ``--set`` gave, that option and the path."""
     given = override_at(lines, path)
+    if isinstance(given, tuple):  # a value another file gave (a sweep's set: or axis)
+        source_file, line = given
+        return source_file, (f"line {line}: " if line else "") + format_path(tuple(path))
     if given is not None:
         return f"--set {given}", format_path(tuple(path))
     return source, locate(lines, path)

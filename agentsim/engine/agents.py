@@ -66,6 +66,15 @@ def _count(sampler: Sampler, rng: np.random.Generator, minimum: int = 0) -> int:
     return count if count > minimum else minimum  # max(minimum, count), without the builtin's cost
 
 
+def _tokens(sampler: Sampler, rng: np.random.Generator, minimum: int, window_tokens: int) -> int:
+    """A token count drawn like :func:`_count`, at most ``window_tokens + 1``: a draw past the
+    context window ends the session as context-full (or is compacted away) whatever its size,
+    so the tokens past the window are never sent, and giving them block keys would only take
+    memory (a draw of 1e15 tokens used to allocate until the process died)."""
+    count = _count(sampler, rng, minimum)
+    return count if count <= window_tokens else window_tokens + 1
+
+
 class AgentDriver:
     """Starts sessions of every agent class and runs them until ``end_s``."""
 
@@ -158,7 +167,7 @@ class AgentDriver:
         counters.active_sessions += 1
         prefix_keys, prefix_tokens = self.prefixes.for_class(model.name, model.spec.tools_prefix_tokens)
         stream = TokenStream(self.block_tokens, self.alloc, prefix_keys, prefix_tokens)
-        stream.append(_count(model.initial_context, rng, 1))
+        stream.append(_tokens(model.initial_context, rng, 1, model.spec.max_context_tokens))
         n_calls = _count(model.calls, rng, 1)
         agent_id = self._next_agent_id
         self._next_agent_id += 1
@@ -229,7 +238,7 @@ class AgentDriver:
                     child_rng = np.random.default_rng(
                         np.random.SeedSequence(self.seed, spawn_key=(2, model.index, session_id, call_index, k)))
                     child = base.fork()
-                    child.append(_count(model.sub_task, child_rng, 1))
+                    child.append(_tokens(model.sub_task, child_rng, 1, model.spec.max_context_tokens))
                     calls = _count(model.sub_calls, child_rng, 1)
                     self.counters.subagents_spawned += 1
                     child_agent = self._next_agent_id
@@ -242,7 +251,7 @@ class AgentDriver:
                     # sub-agent system prompt) is no one's once they have all ended.
                     self.on_keys_retired(base.keys[len(stream.keys):])
                 for _ in range(fanout):
-                    stream.append(_count(model.sub_result, rng, 0))
+                    stream.append(_tokens(model.sub_result, rng, 0, model.spec.max_context_tokens))
                 gap_s, gap_kind = env.now - start, "join"
                 continue
             gap_s, gap_kind = request.next_gap_s, request.next_gap_kind
@@ -250,7 +259,7 @@ class AgentDriver:
                 # The tool output is drawn as the gap starts (the same draw as after it: nothing
                 # else draws in between) and streamed to the engine as it arrives. Not prefilled
                 # when the next call will compact the history or find the context full.
-                appended = _count(model.appended, rng, 0)
+                appended = _tokens(model.appended, rng, 0, spec.max_context_tokens)
                 stream.append(appended)
                 compacts = spec.compaction is not None and stream.tokens > spec.compaction.trigger_tokens
                 gap = yield from ahead.tool_gap(request, stream, appended, gap_s,
@@ -261,7 +270,7 @@ class AgentDriver:
                 yield env.timeout(gap_s)
                 if self.on_resume is not None:
                     self.on_resume(agent_id, request)
-                stream.append(_count(model.appended, rng, 0))
+                stream.append(_tokens(model.appended, rng, 0, spec.max_context_tokens))
             edits = spec.edits
             if edits is not None and edits.probability > 0 and rng.random() < edits.probability:
                 shared_tokens = stream.shared_blocks * self.block_tokens
@@ -294,7 +303,7 @@ class AgentDriver:
     def _call(self, model, stream: TokenStream, rng, session_id, depth, call_index, gap_s, gap_kind, mutations=0,
               agent_id: int = -1, last: bool = True, rewrite: tuple = ()):
         prompt_tokens = stream.tokens
-        output_tokens = _count(model.output, rng, 1)
+        output_tokens = _tokens(model.output, rng, 1, model.spec.max_context_tokens)
         # What follows this call: drawn now, in the order the conversation loop used to draw it
         # after the call (sub-agent coin, then human coin and the gap), so sessions are unchanged.
         next_kind, next_gap = "", float("nan")

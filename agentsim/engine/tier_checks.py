@@ -90,6 +90,11 @@ def tiers_config_problem(scenario) -> tuple[str, tuple] | None:
             key = "capacity_bytes" if cfg.capacity_bytes is not None else "capacity_fraction"
             return (f"the {name} tier holds less than one KV block per instance ({capacity / 1e6:.3g} MB < "
                     f"{block_bytes / 1e6:.3g} MB)"), base + (name, key)
+        if capacity / block_bytes > scenario.limits.max_blocks_per_tier:
+            key = "capacity_bytes" if cfg.capacity_bytes is not None else "capacity_fraction"
+            return (f"the {name} tier's {capacity / block_bytes:.3g} KV blocks per instance exceed the limit of "
+                    f"{scenario.limits.max_blocks_per_tier:,} blocks per tier; raise limits.max_blocks_per_tier in the "
+                    "scenario if this is intended"), base + (name, key)
         if cfg.capacity_bytes is not None and kind.capacity_bytes is not None:
             # A capacity the hardware does not have would simulate memory that is not there.
             physical = _hardware_capacity_bytes(name, cfg, shape, placed)

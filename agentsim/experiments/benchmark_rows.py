@@ -71,7 +71,13 @@ def read_rows(path: Path) -> pd.DataFrame:
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise InputError(f"missing column(s) {', '.join(missing)} (the format of measured_runs.csv)", str(path), "line 1")
-    agg = frame["mode"].astype(str).str.strip() == "agg"
+    if frame.empty:
+        raise InputError("no rows below the header: nothing to compare", str(path))
+    modes = frame["mode"].astype(str).str.strip()
+    if not modes.isin(("agg", "disagg")).all():
+        line = int((~modes.isin(("agg", "disagg"))).to_numpy().nonzero()[0][0]) + 2
+        raise InputError(f"column mode must be agg or disagg, got {modes.iloc[line - 2]!r}", str(path), f"line {line}")
+    agg = modes == "agg"
     for column in ("isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"):
         values = pd.to_numeric(frame[column], errors="coerce")
         # Disaggregated rows leave the aggregated parallelism columns empty.
@@ -79,7 +85,9 @@ def read_rows(path: Path) -> pd.DataFrame:
         bad = (values.isna() & (frame[column].notna() | required)) | (values <= 0)
         if bad.any():
             line = int(bad.to_numpy().nonzero()[0][0]) + 2  # header is line 1
-            raise InputError(f"column {column} must be a positive number, got {frame[column].iloc[line - 2]!r}",
+            got = frame[column].iloc[line - 2]
+            got = got.item() if hasattr(got, "item") else got  # 5, not np.int64(5)
+            raise InputError(f"column {column} must be a positive number, got {got!r}",
                              str(path), f"line {line}")
         frame[column] = values
     if frame["id"].duplicated().any():

@@ -240,6 +240,8 @@ def load_sweep(path: str | Path) -> LoadedSweep:
         raise InputError(f"base scenario {exc.render()}", str(path), locate(lines, ("base",))) from None
     if not isinstance(base_data, dict):
         raise InputError(f"base scenario {base_path} must be a mapping of sections", str(path), locate(lines, ("base",)))
+    if "base" in base_data and "axes" in base_data and "workload" not in base_data:
+        raise InputError(f"base {base_path} is a sweep file, not a scenario", str(path), locate(lines, ("base",)))
     return LoadedSweep(spec=spec, source=str(path), base_path=base_path, base_data=base_data,
                        base_lines=base_lines, lines=lines)
 
@@ -299,6 +301,23 @@ def _random_points(sweep: LoadedSweep, to_number) -> list[tuple[tuple[str, Any],
             point.append((path, value))
         points.append(tuple(point))
     return points
+
+
+def check_baseline(sweep: LoadedSweep, cells: list[Cell]) -> None:
+    """InputError (at the sweep file's ``baseline:`` line) if the baseline names a path that no
+    axis varies or a value no cell has: the paired comparison would be empty without a word."""
+    baseline = sweep.spec.baseline
+    if not baseline or not cells:
+        return
+    for path, value in baseline.items():
+        values = [cell.as_dict()[path] for cell in cells if path in cell.as_dict()]
+        if not values:
+            raise InputError(f"baseline path {path!r} is not an axis of this sweep", sweep.source,
+                             locate(sweep.lines, ("baseline", path)))
+        if value not in values:
+            shown = ", ".join(dict.fromkeys(format_value(v, path) for v in values))
+            raise InputError(f"baseline value {format_value(value, path)} of {path} is no cell's value ({shown})",
+                             sweep.source, locate(sweep.lines, ("baseline", path)))
 
 
 def baseline_index(cells: list[Cell], baseline: dict[str, Any] | None) -> dict[int, int]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from agentsim.errors import InputError
 from agentsim.experiments.runs import RunOutcome
 from agentsim.result_files import read_json_object
-from agentsim.results import summary_json
+from agentsim.results import read_summary, summary_json
 from agentsim.run_directory import StagedDirectory, check_out_dir
 
 
@@ -108,7 +108,7 @@ class SweepStore:
         if not path.exists():
             return None
         try:
-            return read_json_object(path, "summary")
+            return read_summary(path)
         except InputError:
             return None
 

@@ -23,12 +23,13 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from agentsim.config.loader import apply_overrides
+from agentsim.config.loader import apply_overrides, parse_override
+from agentsim.config.yaml_paths import LineMap
 from agentsim.engine.loading import scenario_from_dict
 from agentsim.config.units import UnitError, parse_bandwidth, parse_bytes, parse_duration, parse_flops
 from agentsim.errors import InputError, closest_name
 from agentsim.experiments.runs import RunOutcome, RunTask, scenario_key
-from agentsim.experiments.spec import Cell, LoadedSweep, baseline_index, expand_cells, format_value
+from agentsim.experiments.spec import Cell, LoadedSweep, baseline_index, check_baseline, expand_cells, format_value
 from agentsim.experiments.stats import cell_statistics, numeric_metrics, paired_differences
 from agentsim.experiments.store import SweepStore
 from agentsim.results import WALL_CLOCK_KEYS
@@ -43,16 +44,49 @@ class ScenarioBuilder:
     """Base scenario mapping + fixed overrides -> resolved scenario data for a cell and seed."""
 
     def __init__(self, base_data: dict, source: str, base_lines: dict | None = None, base_dir: Path | None = None,
-                 fixed: dict[str, Any] | None = None, fixed_texts: list[str] | None = None):
+                 fixed: dict[str, Any] | None = None, fixed_texts: list[str] | None = None,
+                 given_at: Callable[[str], tuple[str, int | None]] | None = None):
+        """``fixed_texts`` are ``--set PATH=VALUE`` options, ``fixed`` a sweep's ``set:``
+        mapping; ``given_at(path)`` is the (file, line) that wrote a ``fixed`` or axis value, so
+        an error in it names that line rather than the base file's line it replaced."""
         self.source = source
         self.base_lines = base_lines or {}
         self.base_dir = base_dir
+        self.given_at = given_at
+        self.replaced: dict[tuple, str | tuple[str, int | None]] = {}
         data = copy.deepcopy(base_data)
         if fixed_texts:
             data = apply_overrides(data, fixed_texts)
+            for text in fixed_texts:
+                self.replaced[_path_key(parse_override(text)[0])] = text.strip()
         if fixed:
             data = apply_overrides(data, [override_text(p, v) for p, v in fixed.items()])
+            self.replaced.update(self._origins(fixed))
         self.data = data
+
+    @classmethod
+    def for_sweep(cls, sweep: LoadedSweep) -> "ScenarioBuilder":
+        """The builder of a sweep's cells: its base scenario, its ``set:``, errors in a value the
+        sweep file gave blamed on that file's line."""
+        def given_at(path: str) -> tuple[str, int | None]:
+            for where in (("set", path), ("axes", "grid", path), ("axes", "zip", path), ("axes", "random", "params", path)):
+                if where in sweep.lines:
+                    return sweep.source, sweep.lines[where]
+            return sweep.source, None
+        return cls(sweep.base_data, str(sweep.base_path), sweep.base_lines, sweep.base_path.parent,
+                   fixed=sweep.spec.set, given_at=given_at)
+
+    def _origins(self, paths) -> dict[tuple, tuple[str, int | None]]:
+        if self.given_at is None:
+            return {}
+        return {_path_key(path.split(".")): self.given_at(path) for path in paths}
+
+    def _lines(self, assignments) -> LineMap:
+        lines = LineMap(self.base_lines)
+        lines.overrides.update(getattr(self.base_lines, "overrides", {}))
+        lines.overrides.update(self.replaced)
+        lines.overrides.update(self._origins(path for path, _ in assignments))
+        return lines
 
     def raw_data(self, assignments, seed: int | None = None) -> dict:
         data = apply_overrides(self.data, [override_text(p, v) for p, v in assignments])
@@ -63,7 +97,7 @@ class ScenarioBuilder:
     def resolved(self, assignments, seed: int | None = None):
         """The validated Scenario (raises InputError naming the base file and the path)."""
         return scenario_from_dict(self.raw_data(assignments, seed), source=self.source,
-                                  lines=self.base_lines, base_dir=self.base_dir)
+                                  lines=self._lines(assignments), base_dir=self.base_dir)
 
     def resolved_data(self, assignments, seed: int | None = None) -> dict:
         return self.resolved(assignments, seed).model_dump(mode="json")
@@ -87,6 +121,11 @@ class ScenarioBuilder:
             except UnitError:
                 continue
         raise InputError(f"cannot read {raw!r} as a number for {path}", self.source, path)
+
+
+def _path_key(parts) -> tuple:
+    """A dotted path's parts as a line-map key (list indices as integers)."""
+    return tuple(int(p) if isinstance(p, str) and p.isdigit() else p for p in parts)
 
 
 def value_at(data: Any, path: str) -> Any:
@@ -122,6 +161,13 @@ class ExecutionCounts:
     skipped: int = 0
     ran: int = 0
     failed: int = 0
+
+
+def no_valid_cell(sweep: LoadedSweep, first_error: str) -> InputError:
+    """The error of a sweep none of whose cells is a valid scenario (a broken sweep file or
+    base, not one bad cell), quoting the first cell's problem (which names its file and line)."""
+    problem = first_error.removeprefix("InputError: ")
+    return InputError(f"no cell of the sweep is a valid scenario; the first: {problem}", sweep.source)
 
 
 def plan_runs(builder: ScenarioBuilder, cells: list[Cell], seeds: list[int]) -> tuple[list[PlannedRun], dict[int, str]]:
@@ -251,14 +297,14 @@ def run_sweep(sweep: LoadedSweep, out_dir: str | Path, executor,
     run (finished or skipped).
     Raises InputError if every cell's scenario is invalid (a broken sweep file, not a bad cell).
     """
-    builder = ScenarioBuilder(sweep.base_data, str(sweep.base_path), sweep.base_lines, sweep.base_path.parent,
-                              fixed=sweep.spec.set)
+    builder = ScenarioBuilder.for_sweep(sweep)
     cells = expand_cells(sweep, builder.to_number)
+    check_baseline(sweep, cells)
     seeds = sweep.seeds()
     planned, cell_ids = plan_runs(builder, cells, seeds)
     invalid = [run for run in planned if run.task is None]
     if planned and len(invalid) == len(planned):
-        raise InputError(f"no cell of the sweep is a valid scenario; first problem: {invalid[0].error}", sweep.source)
+        raise no_valid_cell(sweep, invalid[0].error)
     store = SweepStore(out_dir)
     manifest = {"name": sweep.spec.name, "sweep_file": sweep.source, "base": str(sweep.base_path), "seeds": seeds,
                 "cells": [{"index": c.index, "cell_id": cell_ids[c.index], "label": c.label,

@@ -142,8 +142,8 @@ def resolve_capacity(unique_blocks: int, capacity_blocks: int | None, capacity_f
             raise InputError(f"--capacity-blocks must be positive, got {capacity_blocks}", "command line")
         return int(capacity_blocks)
     fraction = 0.1 if capacity_fraction is None else capacity_fraction
-    if not 0 < fraction:
-        raise InputError(f"--capacity-fraction must be positive, got {fraction}", "command line")
+    if not 0 < fraction <= 1:  # a fraction of the trace's unique blocks: above 1 holds more than there is
+        raise InputError(f"--capacity-fraction must be in (0, 1], got {fraction}", "--capacity-fraction")
     return max(1, int(round(fraction * unique_blocks)))
 
 

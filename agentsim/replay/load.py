@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +35,8 @@ def load_trace(path: str | Path, fmt: str = "auto", *, block_tokens: int | None 
     path = Path(path)
     if not path.exists():
         raise InputError("trace file not found", str(path))
-    if session_offset_s < 0:
-        raise InputError(f"--session-offset must be non-negative, got {session_offset_s}", "command line")
+    if not 0 <= session_offset_s < math.inf:  # also NaN: every later session would start at NaN
+        raise InputError(f"--session-offset must be a finite non-negative number, got {session_offset_s}", "--session-offset")
     started = time.perf_counter()
     fmt = resolve_format(path, fmt)
     with warnings.catch_warnings(record=True) as caught:

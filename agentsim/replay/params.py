@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from agentsim.config.units import UnitError, parse_by_name
 from agentsim.errors import InputError, did_you_mean
+from agentsim.yaml_text import load_document
 
 
 def _with_unit(key: str, value: Any, option: str) -> Any:
@@ -38,7 +39,7 @@ def parse_param_options(items: list[str]) -> dict[str, Any]:
         if key in params:
             raise InputError(f"parameter {key!r} given twice", option)
         try:
-            value = yaml.safe_load(raw) if raw else ""
+            value = load_document(raw, option)[0] if raw else ""  # size and number checks of a file
         except yaml.YAMLError:
             value = raw
         params[key] = _with_unit(key, value, option)

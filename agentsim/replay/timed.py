@@ -64,6 +64,13 @@ def run_timed_replay(trace, fmt: str = "auto", mode: str = "open-loop", policy: 
         # --set applies to the default scenario too (its errors name --set).
         base = scenario_from_dict(apply_overrides(DEFAULT_SCENARIO, overrides or []),
                                   source="--set" if overrides else "replay options")
+    # The simulated clock runs to the last arrival (and periodic samplers tick all the way):
+    # a trace spanning more than the scenario allows would run for ever.
+    span_s = max(r.timestamp_s for r in requests)
+    if span_s > base.limits.max_duration_s:
+        raise InputError(f"the trace spans {span_s:.3g} s of arrivals, above the limit of {base.limits.max_duration_s:g} s "
+                         "(limits.max_duration_s; raise it with --set limits.max_duration_s=... if this is intended)",
+                         str(trace))
     data = base.model_dump(mode="json")
     data["cache"]["block_tokens"] = block
     data["cache"]["eviction"] = eviction_for_replay(data["cache"]["eviction"], policy, policy_params, param_items)
