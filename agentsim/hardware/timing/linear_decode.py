@@ -10,6 +10,8 @@ the instance calls the stretch and its inverse with the same ``(n, K)``, so both
 for its first step, the whole stretch and, when an arrival cuts it short, the inverse and the
 shortened stretch, all at the same ``(n, K)`` (5,969 asks for 3,087 distinct pairs in the default
 scenario), and a pair costs two or four table or roofline evaluations.
+
+:class:`LinearDecodeStretches` gives a timer both stretch methods from its ``_decode_linear``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,25 @@ class LastCoefficients:
             self.value = timer_linear(n_decode, context_tokens)
             self.key = key
         return self.value
+
+
+class LinearDecodeStretches:
+    """The decode-stretch methods of a step timer whose decode step is locally linear.
+
+    A timer inheriting this supplies ``_decode_linear(n_decode, context_tokens) -> (a, c)`` and
+    a :class:`LastCoefficients` as ``_last``; both methods then read the same memoised pair."""
+
+    __slots__ = ()
+
+    def decode_stretch_s(self, n_decode: int, context_tokens: float, steps: int) -> float:
+        """Time of ``steps`` decode-only steps; the context grows by ``n_decode`` tokens a step."""
+        a, c = self._last.get(self._decode_linear, n_decode, context_tokens)
+        return stretch_s(a, c, steps)
+
+    def decode_steps_within(self, n_decode: int, context_tokens: float, elapsed_s: float) -> int:
+        """Whole decode steps completed within ``elapsed_s`` (inverse of :meth:`decode_stretch_s`)."""
+        a, c = self._last.get(self._decode_linear, n_decode, context_tokens)
+        return steps_within(a, c, elapsed_s)
 
 
 def stretch_s(a: float, c: float, steps: int) -> float:

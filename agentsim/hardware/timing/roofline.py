@@ -48,7 +48,7 @@ MOE_GEMM_EFFICIENCY = 0.4
 
 
 @dataclass(frozen=True)
-class RooflineTimer:
+class RooflineTimer(linear_decode.LinearDecodeStretches):
     active_params: float
     total_params: float
     bytes_per_param: float
@@ -124,11 +124,3 @@ class RooflineTimer:
         horizon = max(1024.0 * n_decode, context_tokens)
         growth = (self.iteration_s((), n_decode, context_tokens + horizon) - first) / horizon * n_decode
         return first, growth if growth > 0 else 0.0
-
-    def decode_stretch_s(self, n_decode: int, context_tokens: float, steps: int) -> float:
-        a, c = self._last.get(self._decode_linear, n_decode, context_tokens)
-        return linear_decode.stretch_s(a, c, steps)
-
-    def decode_steps_within(self, n_decode: int, context_tokens: float, elapsed_s: float) -> int:
-        a, c = self._last.get(self._decode_linear, n_decode, context_tokens)
-        return linear_decode.steps_within(a, c, elapsed_s)

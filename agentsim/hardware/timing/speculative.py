@@ -39,7 +39,7 @@ def accepted_per_iteration(draft_tokens: int, accept_rates: Sequence[float]) -> 
     return expectation
 
 
-class SpeculativeDecodeTimer:
+class SpeculativeDecodeTimer(linear_decode.LinearDecodeStretches):
     """``base`` (a step timer) with ``draft_tokens`` MTP draft layers per decode iteration on a
     model of ``layers`` transformer layers (0: the draft layers' own cost is not added)."""
 
@@ -66,14 +66,6 @@ class SpeculativeDecodeTimer:
         first = self.base.decode_stretch_s(n_decode * width, context_tokens, 1)
         growth = self.base.decode_stretch_s(n_decode * width, context_tokens, 2) - 2 * first
         return first * self._per_token, max(growth, 0.0) * self._per_token / width
-
-    def decode_stretch_s(self, n_decode: int, context_tokens: float, steps: int) -> float:
-        a, c = self._last.get(self._decode_linear, n_decode, context_tokens)
-        return linear_decode.stretch_s(a, c, steps)
-
-    def decode_steps_within(self, n_decode: int, context_tokens: float, elapsed_s: float) -> int:
-        a, c = self._last.get(self._decode_linear, n_decode, context_tokens)
-        return linear_decode.steps_within(a, c, elapsed_s)
 
     def iteration_s(self, chunks, n_decode: int, decode_context_tokens: float) -> float:
         if not chunks:

@@ -28,7 +28,7 @@ from agentsim.hardware.timing.tables import StepTables
 
 
 @dataclass
-class TabulatedTimer:
+class TabulatedTimer(linear_decode.LinearDecodeStretches):
     """A deployment's step timer from its :class:`StepTables`.
 
     ``overhead_s``: fixed host-side cost added to every iteration (scheduling, sampling,
@@ -104,13 +104,3 @@ class TabulatedTimer:
         first = self._decode(per_rank, mean)
         growth = (self._decode(per_rank, mean + horizon) - first) / horizon  # per step: mean context + 1
         return first + self.overhead_s, growth if growth > 0 else 0.0
-
-    def decode_stretch_s(self, n_decode: int, context_tokens: float, steps: int) -> float:
-        """Time of ``steps`` decode-only steps; the context grows by ``n_decode`` tokens a step."""
-        a, c = self._last.get(self._decode_linear, n_decode, context_tokens)
-        return linear_decode.stretch_s(a, c, steps)
-
-    def decode_steps_within(self, n_decode: int, context_tokens: float, elapsed_s: float) -> int:
-        """Whole decode steps completed within ``elapsed_s`` (inverse of :meth:`decode_stretch_s`)."""
-        a, c = self._last.get(self._decode_linear, n_decode, context_tokens)
-        return linear_decode.steps_within(a, c, elapsed_s)
