@@ -175,6 +175,12 @@ class ServingInstance:
         """The batch in admission order."""
         return self.batch.running
 
+    def _first_token(self, req: LLMRequest, at_s: float) -> None:
+        """``req``'s first token is out at ``at_s``: record it and tell the listener, once."""
+        req.first_token_s = at_s
+        if self.on_first_token is not None:
+            self.on_first_token(req)
+
     @property
     def load(self) -> int:
         return (len(self.waiting) + len(self.batch.running) + (len(self.recv) if self.recv is not None else 0)
@@ -276,9 +282,7 @@ class ServingInstance:
                 self.first_token_waiters.append(state)
             else:  # overlapped prefill already finished: first token now
                 if req.first_token_s != req.first_token_s:
-                    req.first_token_s = now
-                    if self.on_first_token is not None:
-                        self.on_first_token(req)
+                    self._first_token(req, now)
                 state.output_left -= 1
                 state.context_tokens += 1
             self.batch.decoding.pending.append(state)  # joins after the iteration in progress, if any
@@ -400,10 +404,8 @@ class ServingInstance:
             # Its first step is the one after the clock it joined at (finish - output left).
             if state.decoding and clock > state.finish_clock - state.output_left:
                 req = state.req
-                req.first_token_s = first_step_end_s
                 req.decode_first_step_s = first_step_end_s - (req.prefill_done_s + req.decode_queue_s + req.kv_transfer_s)
-                if self.on_first_token is not None:
-                    self.on_first_token(req)
+                self._first_token(req, first_step_end_s)
             else:
                 waiting.append(state)
         self.first_token_waiters = waiting
@@ -461,9 +463,7 @@ class ServingInstance:
                 state.prefill_done_s = now
                 if state.loaded:
                     if state.req.first_token_s != state.req.first_token_s:   # nan: none yet
-                        state.req.first_token_s = now
-                        if self.on_first_token is not None:
-                            self.on_first_token(state.req)
+                        self._first_token(state.req, now)
                     state.output_left -= 1
                     state.context_tokens += 1
                     decoding.add(state)
