@@ -80,3 +80,61 @@ def test_the_first_layer_grows_from_the_oldest_live_key():
     recent = list(range(400_000 - window, 400_000))
     assert record._tiers_lost(0, recent) == [1 if k % 10 == 1 else 0 for k in recent]
 
+
+
+def _tiered_classifier(n_instances: int, tier_names: list[str]) -> RecomputeClassifier:
+    instances = [SimpleNamespace(instance_id=i, cache=SimpleNamespace(
+        tiers=[SimpleNamespace(name=name, policy=_Policy()) for name in tier_names]))
+        for i in range(n_instances)]
+    return RecomputeClassifier(instances, block_tokens=16, warmup_s=5.0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_classify_splits_by_the_definition(seed):
+    """Per request: evicted = missed full blocks this instance lost (by the tier lost from),
+    invalidated = missed blocks never lost at positions of the same instance's rewrite, cold =
+    the rest; requests of the warm-up add nothing to the per-tier totals."""
+    rng = random.Random(seed)
+    tier_names = ["hbm", "dram", "disk"]
+    record = _tiered_classifier(3, tier_names)
+    lost: dict[int, dict[int, int]] = {i: {} for i in range(3)}
+    expected_by_tier = {name: 0 for name in tier_names}
+    for _ in range(400):
+        instance = rng.randrange(3)
+        if rng.random() < 0.5:
+            start = rng.randrange(1, 200)
+            keys = list(range(start, start + rng.randrange(1, 20)))
+            tier = rng.randrange(3)
+            record._record(instance, keys, tier)
+            for key in keys:
+                lost[instance][key] = 1 + tier
+            continue
+        n_keys = rng.randrange(0, 40)
+        start = rng.randrange(1, 200)
+        prompt_keys = list(range(start, start + n_keys))
+        prompt_tokens = n_keys * 16 + rng.randrange(0, 16)
+        hit_tokens = rng.randrange(0, prompt_tokens + 1)
+        rewrite = None
+        if rng.random() < 0.5:
+            low = rng.randrange(0, n_keys + 2)
+            rewrite = (rng.choice((instance, (instance + 1) % 3)), low, low + rng.randrange(0, 20))
+        request = SimpleNamespace(prompt_tokens=prompt_tokens, hit_tokens=hit_tokens, rejected=False,
+                                  prompt_keys=prompt_keys, rewrite=rewrite, instance=instance,
+                                  arrival_s=rng.uniform(0.0, 10.0))
+        first = -(-hit_tokens // 16)
+        evicted = invalidated = 0
+        by_tier: dict[str, int] = {}
+        for position in range(first, n_keys):
+            tier = lost[instance].get(prompt_keys[position], 0)
+            if tier:
+                evicted += 16
+                by_tier[tier_names[tier - 1]] = by_tier.get(tier_names[tier - 1], 0) + 16
+            elif rewrite and rewrite[0] == instance and rewrite[1] <= position < rewrite[2]:
+                invalidated += 16
+        recomputed = prompt_tokens - hit_tokens
+        assert record.classify(request) == (recomputed - evicted - invalidated, evicted, invalidated)
+        if request.arrival_s >= 5.0:
+            for name, tokens in by_tier.items():
+                expected_by_tier[name] += tokens
+    assert record.evicted_by_tier_tokens == expected_by_tier
+    assert sum(expected_by_tier.values()) > 0

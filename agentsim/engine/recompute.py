@@ -32,8 +32,6 @@ finished request and once per finished agent.
 
 from __future__ import annotations
 
-import numpy as np
-
 from agentsim.cache.key_map import DenseKeyMap
 
 #: A loss record: ``(instance + 1) << 8 | 1 + tier index`` (one int per key).
@@ -215,18 +213,33 @@ class RecomputeClassifier:
         any_lost = self._layers[0].count > 0
         if not missed or (not any_lost and not rewritten):
             return recomputed, 0, 0
-        tiers = np.array(self._tiers_lost(request.instance, missed) if any_lost else [0] * len(missed))
-        lost = tiers > 0
-        invalid = np.zeros(len(missed), dtype=bool)
+        # Plain Python over the missed blocks: a request misses a few dozen at most, where
+        # numpy's fixed cost per call (array, mask, unique) was the open-loop replay's top
+        # function.
+        if any_lost:
+            tiers = self._tiers_lost(request.instance, missed)
+            lost_by_tier: dict[int, int] = {}
+            for tier in tiers:
+                if tier:
+                    lost_by_tier[tier] = lost_by_tier.get(tier, 0) + 1
+            lost_blocks = sum(lost_by_tier.values())
+        else:
+            tiers, lost_by_tier, lost_blocks = None, {}, 0
+        invalid_blocks = 0
         if rewritten:
-            positions = np.arange(first, first + len(missed))
-            invalid = ~lost & (positions >= rewrite[1]) & (positions < rewrite[2])
-        evicted = int(lost.sum()) * block
-        invalidated = int(invalid.sum()) * block
+            # Positions first .. first + len(missed) - 1 inside the rewrite's [start, end).
+            low = max(rewrite[1] - first, 0)
+            high = min(rewrite[2] - first, len(missed))
+            if high > low:
+                invalid_blocks = high - low if tiers is None else tiers[low:high].count(0)
+        evicted = lost_blocks * block
+        invalidated = invalid_blocks * block
         if evicted and request.arrival_s >= self.warmup_s:
-            for index, count in zip(*np.unique(tiers[lost] - 1, return_counts=True)):
-                name = self.tier_names[int(index)] if int(index) < len(self.tier_names) else f"tier{int(index)}"
-                self.evicted_by_tier_tokens[name] = self.evicted_by_tier_tokens.get(name, 0) + int(count) * block
+            for tier in sorted(lost_by_tier):
+                index = tier - 1
+                name = self.tier_names[index] if index < len(self.tier_names) else f"tier{index}"
+                self.evicted_by_tier_tokens[name] = (self.evicted_by_tier_tokens.get(name, 0)
+                                                     + lost_by_tier[tier] * block)
         return recomputed - evicted - invalidated, evicted, invalidated
 
     def state_bytes(self) -> int:
