@@ -138,3 +138,23 @@ def test_decode_stretches_remembered_per_batch_and_context_equal_fresh_computati
             assert timer.decode_steps_within(n, context, elapsed_s) == linear_decode.steps_within(a, c, elapsed_s) == 5
             stretches.add(timer.decode_stretch_s(n, context, 7))
         assert len(stretches) == 4  # the queries' distinct pairs time differently
+
+
+def test_moe_prefills_are_timed_with_skewed_expert_routing(monkeypatch):
+    """The engine is compiled with aiconfigurator's own default token-to-expert distribution
+    (power law), not balanced routing, which would time MoE prefills 10-25% faster."""
+    import aiconfigurator_core.sdk.engine as aic_engine
+    deployment = Deployment(model="Qwen/Qwen3-235B-A22B", system="h200_sxm", backend="trtllm", tp=8, moe_tp=1,
+                            moe_ep=8)
+    skewed_ms = compile_engine(deployment).predict_prefill_latency(1, 8192)
+    default_config = aic_engine.build_model_config
+
+    def balanced_config(**kwargs):
+        config = default_config(**kwargs)
+        assert config.workload_distribution == "power_law"  # what compile_engine got
+        config.workload_distribution = "balanced"
+        return config
+
+    monkeypatch.setattr(aic_engine, "build_model_config", balanced_config)
+    balanced_ms = compile_engine(deployment).predict_prefill_latency(1, 8192)
+    assert skewed_ms > balanced_ms * 1.1
