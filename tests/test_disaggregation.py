@@ -194,3 +194,23 @@ def test_bad_disaggregation_is_reported_with_its_path(override, fragment):
     with pytest.raises(InputError) as info:
         load_scenario(SCENARIO, SMALL + DISAGG + [override])
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("order", sorted(ORDERS))
+def test_prefill_router_keeps_an_idle_pool_on_the_prefix_and_spreads_a_burst(order):
+    """Dynamo's cost over the prefill pool: a worker without the sessions' shared prefix (the
+    coding agents' ~15K-token system prompt) costs that many more prefill tokens, so while the
+    pool is nearly idle every prefill goes to the worker that holds it; once queued prefill
+    tokens outweigh the prefix, the other worker takes its share. Both orders route the same
+    way: deciding on the decode worker first holds calls back before the prefill router, but
+    the router's view of the prefill workers' load (routed prefill tokens until the first
+    token) is the same."""
+    idle = run_scenario(load_scenario(SCENARIO, SMALL + DISAGG + ORDERS[order])).tables["requests"]
+    idle = idle[~idle.rejected]
+    assert idle.prefill_worker.value_counts().max() >= 0.95 * len(idle)
+    burst = SMALL + DISAGG + ORDERS[order] + ["workload.agent_classes.coding.arrival.concurrent=160", "duration_s=1m"]
+    loaded = run_scenario(load_scenario(SCENARIO, burst)).tables["requests"]
+    loaded = loaded[~loaded.rejected]
+    counts = loaded.prefill_worker.value_counts()
+    assert len(loaded) > 150 and set(counts.index) == {0, 1}
+    assert counts.max() <= 1.2 * len(loaded) / 2     # the burst is spread evenly
