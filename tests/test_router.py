@@ -238,6 +238,21 @@ def test_kv_aware_counts_queued_prefill_until_the_first_token():
     assert router.active_blocks == [0, 0] and router.in_flight == [0, 0]
 
 
+def test_kv_aware_over_a_prefill_pool_counts_queued_prefill_and_no_active_blocks():
+    """Dynamo's prefill router runs without active-block tracking: a queued prefill costs only
+    its tokens still to compute, and a request ending frees nothing it never added."""
+    params = KvAware.prefill_pool_params(KvAwareParams(overlap_score_weight=1.0))
+    assert not params.track_active_blocks and params.overlap_score_weight == 1.0
+    router = KvAware(cluster(2), params, np.random.default_rng(0))
+    queued = request(range(100, 110), prompt_tokens=10 * BLOCK_TOKENS)
+    router.place(queued, router.instances[0])
+    logits, _ = router.costs(request(range(5), prompt_tokens=5 * BLOCK_TOKENS))
+    assert logits == [10 + 5, 5] and router.active_blocks == [0, 0]
+    finish(router, queued)
+    assert router.prefill_tokens == [0, 0] and router.active_blocks == [0, 0] and router.in_flight == [0, 0]
+    assert RoundRobin.prefill_pool_params(None) is None      # a router without the term keeps its own
+
+
 def test_kv_aware_retires_a_rejected_prefill_at_its_end():
     """A request rejected before its first token leaves the prefill load when it ends."""
     router = kv_router(2, overlap_score_weight=1.0)

@@ -52,7 +52,7 @@ class DisaggregatedCluster:
         prefill_ports = [self._ports(env, f"prefill{i}.out", "prefill", i, ingress=False) for i in range(len(self.prefill))]
         decode_ports = [self._ports(env, f"decode{i}.in", "decode", i, ingress=True) for i in range(len(self.decode))]
         self.front = DisaggregatedServing(
-            env, self.prefill, self.decode, make_router(self.pools["prefill"], self.prefill, env),
+            env, self.prefill, self.decode, make_router(self.pools["prefill"], self.prefill, env, prefill_pool=True),
             make_router(self.pools["decode"], self.decode, env), prefill_ports, decode_ports, prefill_at, decode_at,
             config.transfer_efficiency,
             decode_first=config.decode_first if config.decode_first is not None else scenario.serving.engine == "sglang")

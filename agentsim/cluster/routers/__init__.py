@@ -27,8 +27,10 @@ def router_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=ROUTER_SPAWN_KEY))
 
 
-def make_router(scenario, instances: list, env=None) -> Router:
+def make_router(scenario, instances: list, env=None, prefill_pool: bool = False) -> Router:
     """The scenario's router (``serving.router`` with ``serving.router_params``), sticky if asked.
+    ``prefill_pool``: it routes a disaggregated cluster's prefill workers
+    (:meth:`Router.prefill_pool_params` adapts its parameters).
 
     With a SimPy ``env``, a router that reads KV events gets them: every instance's cache is
     connected to its indexer through a :class:`~agentsim.cluster.kv_events.KvEventChannel`.
@@ -39,6 +41,8 @@ def make_router(scenario, instances: list, env=None) -> Router:
     serving = scenario.serving
     cls = ROUTERS.get(serving.router)
     params = ROUTERS.validate_params(serving.router, serving.router_params)
+    if prefill_pool and params is not None:
+        params = cls.prefill_pool_params(params)
     router = cls(instances, params, router_rng(scenario.seed))
     if serving.sticky_sessions:
         router = StickySessions(router)

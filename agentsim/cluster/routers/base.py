@@ -39,6 +39,12 @@ class Router:
         #: Requests routed to each worker and not finished yet (the router's own count).
         self.in_flight = [0] * len(instances)
 
+    @classmethod
+    def prefill_pool_params(cls, params):
+        """The parameters this router takes over a disaggregated cluster's prefill pool (whose
+        requests end at their first token); the same as over any pool unless a router says."""
+        return params
+
     def choose(self, request: LLMRequest):
         raise NotImplementedError
 

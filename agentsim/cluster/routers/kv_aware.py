@@ -12,7 +12,9 @@ For each worker ``w`` the router computes Dynamo's cost (lower is better)::
   no first token yet (Dynamo's active prefill tokens, cleared when the first token streams back:
   :meth:`KvAware.on_first_token`, or :meth:`KvAware.on_finish` for a request rejected before it);
 * ``active_blocks_w``: prompt blocks of the requests routed to ``w`` and not finished (Dynamo's
-  active decode blocks, freed on completion).
+  active decode blocks, freed on completion). Not tracked (0) with ``track_active_blocks`` off,
+  as Dynamo's prefill router always has it: a prefill worker holds no decode load, and its
+  requests end at their first token, so the term would only count their prompts twice.
 
 With ``temperature == 0`` the cheapest worker wins (ties broken at random, as Dynamo does);
 otherwise a worker is drawn with probability proportional to
@@ -42,6 +44,8 @@ class KvAwareParams(BaseModel):
                                         "against the active blocks (Dynamo --kv-overlap-score-weight; 0: load only)")
     temperature: float = Field(0.0, ge=0, description="softmax temperature over normalised costs "
                                "(Dynamo --router-temperature; 0: cheapest worker)")
+    track_active_blocks: bool = Field(True, description="add the worker's active decode blocks to its cost "
+                                      "(Dynamo --no-track-active-blocks turns it off; always off over a prefill pool)")
     event_delay_s: float = Field(0.005, ge=0, description="time from a worker storing or removing blocks "
                                  "to the router's view showing it, seconds")
 
@@ -69,6 +73,11 @@ class KvAware(Router):
         self.overlap_blocks_routed = 0          # sum of overlap_w of the chosen workers
         self.prompt_blocks_routed = 0
         self._last_overlaps: dict[int, int] | None = None   # from the last choose(), for place()
+
+    @classmethod
+    def prefill_pool_params(cls, params: KvAwareParams) -> KvAwareParams:
+        """Dynamo's prefill router: the same cost without active blocks."""
+        return params.model_copy(update={"track_active_blocks": False})
 
     def on_first_token(self, request) -> None:
         self._retire_prefill(request)
@@ -124,6 +133,8 @@ class KvAware(Router):
         blocks = len(request.prompt_keys)
         self.overlap_blocks_routed += overlap
         self.prompt_blocks_routed += blocks
+        if not self.params.track_active_blocks:
+            blocks = 0
         prefill = max(0, request.prompt_tokens - overlap * self.block_tokens)
         self.prefill_tokens[w] += prefill
         self._prefilling[request.request_id] = (w, prefill)
