@@ -91,7 +91,7 @@ BASE = (ROOT / "scenarios" / "coding-agents.yaml").read_text()
     (lambda t: t.replace("block_tokens: 64", "block_tokenz: 64"), ["block_tokenz", "did you mean 'block_tokens'", "cache.block_tokenz", "line"]),
     (lambda t: t.replace("kv_capacity_bytes: 80GB", "kv_capacity_bytes: 80 parsecs"), ["hardware.kv_capacity_bytes", "parsecs"]),
     (lambda t: t.replace("kv_capacity_bytes: 80GB", "kv_capacity_bytes: -5GB"), ["hardware.kv_capacity_bytes", "greater than 0"]),
-    (lambda t: t.replace("eviction: lru", "eviction: lruu"), ["unknown eviction policy 'lruu'", "did you mean 'lru'", "cache.eviction.name"]),
+    (lambda t: t.replace("eviction: lru", "eviction: lruu"), ["line 24: cache.eviction.name:", "unknown eviction policy 'lruu'", "did you mean 'lru'"]),
     (lambda t: t.replace("duration_s: 30m", "duration_s: 30GB"), ["duration_s", "30GB"]),
     (lambda t: t.replace("{dist: lognormal, median: 2000,", "{dist: lognormall, median: 2000,"), ["initial_context_tokens", "lognormall"]),
     (lambda t: t.replace("profile: gb300_nvl72", "profile: gb300"), ["unknown hardware profile 'gb300'", "did you mean"]),

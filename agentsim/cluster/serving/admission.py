@@ -20,7 +20,7 @@ skipped (others behind them may be scheduled).
 
 An admission object uses of its instance: ``env``, ``cache``, ``cost``, ``block_tokens``,
 ``waiting``, ``batch``, ``max_batch``, ``on_finish``, and for the tiered kind also ``links``,
-``peers``, ``peer_links``, ``store_peers``, ``store_tier``, ``load_rule``, ``prefetcher``, ``tool_gap``, ``tier_stats`` and ``start_load()``.
+``peers``, ``peer_links``, ``store_peers``, ``store_tier``, ``load_rule``, ``prefetcher``, ``tool_gap``, ``tier_stats`` and ``kv_loader``.
 """
 
 from __future__ import annotations
@@ -388,5 +388,5 @@ class TieredAdmission(Admission):
             state.loaded = False
         host.batch.join(state)
         if jobs:
-            host.start_load(state, deepest, load_blocks, jobs, peer_links if extra_name == "peer_hbm" else None)
+            host.kv_loader.start(state, deepest, load_blocks, jobs, peer_links if extra_name == "peer_hbm" else None)
         return True

@@ -9,16 +9,17 @@ The instance keeps only this batch loop. It is given its collaborators: the batc
 (:class:`~agentsim.cluster.serving.batch.Batch`), admission
 (:mod:`~agentsim.cluster.serving.admission`: which waiting requests join, what they hit and
 reserve, what they load from lower tiers), the prefetcher
-(:mod:`~agentsim.cluster.serving.prefetch`) and tool-gap movement
-(:mod:`~agentsim.cluster.serving.toolgap`). With a memory hierarchy the request's prefill waits
-for its load (or overlaps it layer by layer, in which case only its first token waits).
+(:mod:`~agentsim.cluster.serving.prefetch`), tool-gap movement
+(:mod:`~agentsim.cluster.serving.toolgap`) and the KV loader
+(:mod:`~agentsim.cluster.serving.kv_load`: loads into HBM from lower tiers and peers). With a
+memory hierarchy the request's prefill waits for its load (or overlaps it layer by layer, in which case only its first token waits).
 TTFT = queue + load + prefill.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Protocol, Sequence
+from typing import Callable
 
 import simpy
 
@@ -30,31 +31,13 @@ from agentsim.cluster.serving.batch import Batch, Running
 from agentsim.cluster.serving.kv_admission import KvAdmissionRule, VllmOnDemand
 from agentsim.cluster.serving.kv_growth import KV_STATS, KvGrowth
 from agentsim.cluster.serving.load_rules import CostModelRule, LoadRule
-from agentsim.cluster.serving.movement import load_along_path, stream_through
+from agentsim.cluster.serving.kv_load import KvLoader
 from agentsim.cluster.serving.prefetch import Prefetcher
 from agentsim.cluster.serving.queue_causes import QueueCauses
 from agentsim.cluster.serving.recv_interval import RecvInterval
 from agentsim.cluster.serving.step_ahead import StepAhead
+from agentsim.cluster.serving.step_timer import StepTimer
 from agentsim.cluster.serving.toolgap import ToolGapMover
-
-
-class StepTimer(Protocol):
-    """What the instance asks of its step timing (the roofline model or measured tables)."""
-
-    kv_bytes_per_token: float
-
-    def iteration_s(self, chunks: Sequence[tuple[int, int]], n_decode: int, decode_context_tokens: float) -> float:
-        """One iteration: ``chunks`` = (new tokens, context tokens before the chunk) per
-        prefilling sequence, plus ``n_decode`` decoding sequences with that summed context."""
-
-    def decode_stretch_s(self, n_decode: int, context_tokens: float, steps: int) -> float:
-        """``steps`` decode-only steps; the context grows by ``n_decode`` tokens a step."""
-
-    def decode_steps_within(self, n_decode: int, context_tokens: float, elapsed_s: float) -> int:
-        """Whole decode steps completed within ``elapsed_s`` (inverse of the above)."""
-
-    def prefill_s(self, new_tokens: float, context_tokens: float) -> float:
-        """Prefill alone (for the load-versus-recompute rule)."""
 
 
 class ServingInstance:
@@ -115,8 +98,10 @@ class ServingInstance:
         self.store_tier = -1
         self.loading = 0
         self.block_bytes = block_tokens * cost.kv_bytes_per_token
+        #: Loads into HBM from lower tiers and peers, and the link time of the cache's copies down.
+        self.kv_loader = KvLoader(self)
         if self.tiered and links is not None:
-            cache.on_transfer = self._on_cache_transfer
+            cache.on_transfer = self.kv_loader.on_cache_transfer
         #: ``before_unpin(request, deepest_node)``: called at a request's end after COMMIT and
         #: before UNPIN (set by the engine for tool-start events).
         self.before_unpin: Callable[[LLMRequest, Node], None] | None = None
@@ -230,37 +215,6 @@ class ServingInstance:
         self.queue_causes.set(cause, self.env.now)
 
     # --- memory hierarchy ---------------------------------------------------------------------
-    def _on_cache_transfer(self, src: str, dst: str, n_blocks: int) -> None:
-        """Copies down (demotion, write-through) occupy links; the cache accounted them already."""
-        link = self.links.write_link(src, dst)
-        if link is not None:
-            link.transfer(n_blocks * self.block_bytes)
-
-    def start_load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]],
-                   peer_links: list | None = None) -> None:
-        """Run an admitted request's load of ``jobs`` ((tier name, blocks)) into HBM; a
-        ``peer_hbm`` job streams through ``peer_links`` (the source peer's path)."""
-        self.loading += 1
-        state.kv_waits += 1
-        self.env.process(self._load(state, deepest, load_blocks, jobs, peer_links))
-
-    def _load(self, state: Running, deepest: Node, load_blocks: int, jobs: list[tuple[str, int]],
-              peer_links: list | None = None):
-        """Move the chosen blocks up (all sources in parallel; disk/remote stage through DRAM)."""
-        env = self.env
-        procs = [env.process(stream_through(env, peer_links, n_blocks * self.block_bytes)
-                             if name == "peer_hbm" and peer_links else
-                             load_along_path(self.links, name, n_blocks * self.block_bytes))
-                 for name, n_blocks in jobs]
-        yield simpy.AllOf(env, procs)
-        now = env.now
-        if load_blocks:
-            self.cache.finish_load(deepest, load_blocks, now)
-        req = state.req
-        req.loaded_bytes = sum(n for _, n in jobs) * self.block_bytes
-        req.load_done_s = now
-        self.kv_arrived(state)
-
     def kv_arrived(self, state: Running) -> None:
         """The KV ``state`` waited for is in HBM (a load from a lower tier, or a prefill worker's
         hand-off): it prefills what is left, or, with nothing left, has its first token now.
