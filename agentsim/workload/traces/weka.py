@@ -34,7 +34,7 @@ from agentsim.workload.traces.fields import (
 )
 from agentsim.workload.traces.jsonl import TraceOrderWarning
 from agentsim.workload.traces.records import SubAgent, TraceRequest, WekaSession
-from agentsim.workload.traces.textio import loads_json, read_text
+from agentsim.workload.traces.textio import DuplicateKeyError, duplicate_key_message, line_of_duplicate, loads_json, read_text, unique_pairs
 
 WEKA_BLOCK_TOKENS = 64
 #: Raw local ids must stay below this so namespaced keys never collide.
@@ -59,7 +59,9 @@ def _session_objects(path: Path) -> Iterator[tuple[int, dict]]:
     """(line, object) for each session object in a file: one whole-file object or JSON lines."""
     text = read_text(path)
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=unique_pairs)
+    except DuplicateKeyError as exc:
+        raise InputError(duplicate_key_message(exc.key), str(path), line_of_duplicate(text, exc.key)) from None
     except json.JSONDecodeError as exc:
         if exc.msg != "Extra data":
             raise InputError(f"malformed JSON ({exc.msg} at column {exc.colno})", str(path), f"line {exc.lineno}") from None
