@@ -171,6 +171,18 @@ _duplicate_key_case("trace-mooncake-duplicate-key", "t.jsonl",
 _duplicate_key_case("trace-weka-duplicate-key", "s.json",
                     '{"id": "s1",\n "requests": [{"t": 0, "in": 100, "out": 5, "hash_ids": [1, 2]}],\n'
                     ' "requests": []}\n', ["line 3", "duplicate key 'requests'"], "--format", "weka")
+@case("trace-weka-dir-named-pipe")
+def _session_dir_named_pipe(tmp):
+    # Opening a pipe blocks until a writer comes: the directory listing must refuse it first.
+    import os
+
+    sessions = tmp / "sessions"
+    sessions.mkdir()
+    os.mkfifo(sessions / "a.json")
+    return (["replay", str(sessions), "--json", "--format", "weka"],
+            [str(sessions / "a.json"), "is a named pipe", "expected a regular session file"])
+
+
 _duplicate_key_case("trace-weka-duplicate-key-nested", "s.jsonl",
                     '{"id": "a", "requests": []}\n{"id": "b", "requests": [{"t": 0, "t": 9, "in": 1, "out": 1, "hash_ids": []}]}\n',
                     ["line 2", "duplicate key 't'"], "--format", "weka")
