@@ -23,6 +23,9 @@ from agentsim.run_directory import StagedDirectory, check_out_dir
 
 WALL_CLOCK_KEYS = ("wall_s", "simulated_requests_per_wall_s", "headroom_replay_wall_s")
 RUN_MARKER = "summary.json"
+# What every run's summary holds (simulation.py writes them first) and a run report cannot do
+# without: a summary lacking one is not agentsim's (an empty ``{}``, a foreign file).
+REQUIRED_RUN_KEYS = ("scenario", "requests")
 
 
 def _clean(value):
@@ -114,6 +117,10 @@ def load_run(run_dir: str | Path) -> tuple[dict, dict[str, pd.DataFrame]]:
     from agentsim.metrics.records import RequestRecord, columns
 
     summary = read_summary(summary_path)
+    missing = [key for key in REQUIRED_RUN_KEYS if key not in summary]
+    if missing:
+        raise InputError(f"summary lacks the key(s) {', '.join(map(repr, missing))} that every agentsim run "
+                         "writes: not a run's summary", str(summary_path))
     # The request table is what every figure reads: a foreign Parquet file named like it is refused.
     required = {"requests": tuple(columns(RequestRecord))}
     tables = {path.stem: read_table(path, required.get(path.stem, ())) for path in sorted(run_dir.glob("*.parquet"))}

@@ -157,6 +157,37 @@ _report_case("report-requests-table-foreign", _foreign_requests, ["not an agents
 _report_case("report-table-is-directory", _table_directory, ["is a directory", "Parquet file"])
 
 
+# --- trace records that repeat a key (both JSON parsers would keep the last value silently) -----------
+def _duplicate_key_case(id: str, name: str, data: str, fragments: list[str], *extra: str):
+    def build(tmp: Path):
+        path = _trace(tmp, name, data)
+        return ["replay", str(path), "--json", *extra], [str(path), *fragments]
+    CASES.append(Case(id, build))
+
+
+_duplicate_key_case("trace-mooncake-duplicate-key", "t.jsonl",
+                    MOONCAKE_OK + '{"timestamp": 1, "input_length": 10, "input_length": 900, "output_length": 1, "hash_ids": [0]}\n',
+                    ["line 2", "duplicate key 'input_length'"], "--format", "mooncake")
+_duplicate_key_case("trace-weka-duplicate-key", "s.json",
+                    '{"id": "s1",\n "requests": [{"t": 0, "in": 100, "out": 5, "hash_ids": [1, 2]}],\n'
+                    ' "requests": []}\n', ["line 3", "duplicate key 'requests'"], "--format", "weka")
+@case("trace-weka-dir-named-pipe")
+def _session_dir_named_pipe(tmp):
+    # Opening a pipe blocks until a writer comes: the directory listing must refuse it first.
+    import os
+
+    sessions = tmp / "sessions"
+    sessions.mkdir()
+    os.mkfifo(sessions / "a.json")
+    return (["replay", str(sessions), "--json", "--format", "weka"],
+            [str(sessions / "a.json"), "is a named pipe", "expected a regular session file"])
+
+
+_duplicate_key_case("trace-weka-duplicate-key-nested", "s.jsonl",
+                    '{"id": "a", "requests": []}\n{"id": "b", "requests": [{"t": 0, "t": 9, "in": 1, "out": 1, "hash_ids": []}]}\n',
+                    ["line 2", "duplicate key 't'"], "--format", "weka")
+
+
 # --- sweep files: values blamed on the sweep file, dry runs that check ------------------------------
 def _sweep(tmp: Path, body: str) -> Path:
     _scenario(tmp, BASE, "base.yaml")

@@ -44,6 +44,8 @@ def _report_case(id: str, summary: bytes, fragments: list[str], tables: dict[str
 _report_case("report-summary-truncated", b'{"requests": 7, "scenario": "x", "hit_ra',
              ["summary is not valid JSON", "line 1"])
 _report_case("report-summary-empty", b"", ["summary is empty"])
+_report_case("report-summary-empty-object", b"{}\n", ["lacks the key(s) 'scenario', 'requests'", "not a run's summary"])
+_report_case("report-summary-lacks-scenario", b'{"requests": 7}\n', ["lacks the key(s) 'scenario'"])
 _report_case("report-summary-not-an-object", b"[1, 2, 3]\n", ["must hold a JSON object", "list"])
 _report_case("report-parquet-corrupt", b'{"requests": 7, "scenario": "x"}\n', ["not a readable Parquet table"],
              tables={"requests": b"PAR1 this is not parquet at all PAR1"}, blamed="requests.parquet")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import zlib
 from pathlib import Path
 from typing import Iterator
@@ -116,16 +117,49 @@ def peek_text(path: str | Path, n_bytes: int = PEEK_BYTES) -> str:
     return text
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names ``key`` twice; json and orjson both keep the last value silently."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def unique_pairs(pairs: list[tuple[str, object]]) -> dict:
+    """``object_pairs_hook`` for :func:`json.loads`: the object as a dict, or
+    :class:`DuplicateKeyError` when a key repeats (which of two values a record means is a guess)."""
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen: set[str] = set()
+        raise DuplicateKeyError(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return record
+
+
+def duplicate_key_message(key: str) -> str:
+    return f"duplicate key {key!r} in one JSON object (which of its values is meant?)"
+
+
+def line_of_duplicate(text: str, key: str) -> str:
+    """``line N`` of the second ``"key":`` in ``text`` (the repeat), or ``line 1``."""
+    matches = list(re.finditer(re.escape(json.dumps(key)) + r"\s*:", text))
+    offset = matches[1].start() if len(matches) > 1 else 0
+    return f"line {text.count(chr(10), 0, offset) + 1}"
+
+
 def loads_json(text: str, path: Path | str, where: str | None) -> object:
-    """``json.loads(text)``; malformed or too deeply nested JSON is an InputError at ``where``.
+    """``json.loads(text)``; malformed or too deeply nested JSON, or an object with a repeated
+    key, is an InputError at ``where`` (``None``: the line in ``text``).
 
     The standard decoder recurses once per nesting level, so ``[[[[...]]]]`` 200,000 deep raises
     RecursionError; no trace record nests more than a few levels."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique_pairs)
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON ({exc.msg} at column {exc.colno})", str(path),
                          f"line {exc.lineno}" if where is None else where) from None
+    except DuplicateKeyError as exc:
+        raise InputError(duplicate_key_message(exc.key), str(path),
+                         line_of_duplicate(text, exc.key) if where is None else where) from None
     except RecursionError:
         raise InputError("JSON nested too deeply to be a trace record", str(path), where) from None
 
@@ -137,7 +171,8 @@ def parse_json_line(path: Path | str, lineno: int, line: str) -> dict:
     most of a cache-only ``agentsim replay``). A line orjson refuses (it also refuses nesting
     deeper than 1,024) is parsed again by the standard library, which accepts what orjson does
     not (``NaN``, integers beyond 64 bits: the field checks then name the field) and words the
-    error exactly as before.
+    error exactly as before. A key given twice in one object is an error too (both parsers keep
+    the last value without a word).
     """
     try:
         record = orjson.loads(line)
@@ -145,4 +180,9 @@ def parse_json_line(path: Path | str, lineno: int, line: str) -> dict:
         record = loads_json(line, path, f"line {lineno}")
     if not isinstance(record, dict):
         raise InputError(f"expected a JSON object, got {type(record).__name__}", str(path), f"line {lineno}")
+    # Every key-value pair needs a colon, so a line with no more colons than the record has keys
+    # repeats no key (a flat Mooncake line: the usual case, no second parse); otherwise the
+    # standard decoder looks for a repeat.
+    if line.count(":") > len(record):
+        loads_json(line, path, f"line {lineno}")
     return record
