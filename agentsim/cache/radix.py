@@ -5,7 +5,8 @@ the whole prefix up to that block is equal). A node holds a *run* of consecutive
 share all state (residency, pins, timestamps): under path-touch every block of a unary chain
 carries the same timestamp, so a run is exact, and a 100k-token request costs a handful of node
 operations instead of ~1,600 block operations. Matching compares whole runs with C-level list
-slice equality; eviction trims a leaf from its tail by splitting it.
+slice equality (:mod:`agentsim.cache.radix_tree`: nodes and walks); eviction trims a leaf from its
+tail by splitting it.
 
 Contracts (checked by :meth:`RadixCache.check_invariants` and the tests):
 * ``used_blocks = reserved_blocks + sum(len(node.keys))`` and ``used_blocks <= capacity_blocks``;
@@ -18,111 +19,15 @@ Contracts (checked by :meth:`RadixCache.check_invariants` and the tests):
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from agentsim.cache.pinned import pinned_subtree_blocks
 from agentsim.cache.policy import EvictionPolicy
+from agentsim.cache.radix_tree import Match, Node, _common_prefix, _new_match, descend, iter_subtree
 from agentsim.errors import InvariantViolation
-
-
-class Node:
-    """A run of blocks. ``start_block`` is the position of its first block in the sequence."""
-
-    __slots__ = (
-        "node_id", "parent", "children", "keys", "start_block", "lock_ref", "last_access_s",
-        "created_s", "hit_count", "heap_version", "alive", "policy_data", "orphan",
-    )
-
-    def __init__(self, node_id: int, parent: "Node | None", keys: list[int], start_block: int, now_s: float):
-        self.node_id = node_id
-        self.parent = parent
-        self.children: dict[int, Node] = {}
-        self.keys = keys
-        self.start_block = start_block
-        self.lock_ref = 0
-        self.last_access_s = now_s
-        self.created_s = now_s
-        self.hit_count = 0
-        self.heap_version = 0
-        self.alive = True
-        self.policy_data = None
-        #: True once an ancestor was evicted in ``flat`` tree mode: resident but unreachable.
-        self.orphan = False
-
-    @property
-    def n_blocks(self) -> int:
-        return len(self.keys)
-
-    @property
-    def end_block(self) -> int:
-        return self.start_block + len(self.keys)
-
-    def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return f"Node(id={self.node_id}, blocks={self.start_block}..{self.end_block}, lock={self.lock_ref}, t={self.last_access_s})"
-
-
-class Match(NamedTuple):
-    node: Node
-    hit_blocks: int
 
 
 def _is_noop(hook, noop) -> bool:
     """Whether the bound method ``hook`` is the base class's no-op ``noop``."""
     return getattr(hook, "__func__", None) is noop
-
-
-def _new_match(node: Node, hit_blocks: int) -> Match:
-    """``Match(node, hit_blocks)`` without the generated ``__new__``'s extra Python frame."""
-    return tuple.__new__(Match, (node, hit_blocks))
-
-
-def iter_subtree(root):
-    """Every node below ``root`` (depth first; ``root`` itself excluded)."""
-    stack = list(root.children.values())
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(node.children.values())
-
-
-def descend(root, keys: list[int], split) -> tuple:
-    """Walk ``keys`` down the tree from ``root``: (deepest matched node, matched blocks).
-
-    Whole runs are compared with one list-slice comparison; a run that matches only in part is
-    cut by ``split(node, offset)`` (which returns the upper part) so the match ends on a node.
-    """
-    node = root
-    pos = 0
-    n = len(keys)
-    children = node.children
-    while pos < n:
-        child = children.get(keys[pos])
-        if child is None:
-            break
-        run = child.keys
-        length = len(run)
-        if keys[pos:pos + length] == run:
-            pos += length
-            node = child
-            children = child.children
-            continue
-        common = _common_prefix(run, keys, pos)
-        node = split(child, common)
-        pos += common
-        break
-    return node, pos
-
-
-def _common_prefix(run: list[int], keys: list[int], pos: int) -> int:
-    """Length of the common prefix of ``run`` and ``keys[pos:]`` (binary search on slices)."""
-    low, high = 0, min(len(run), len(keys) - pos)
-    while low < high:
-        mid = (low + high + 1) // 2
-        if run[:mid] == keys[pos:pos + mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
 
 
 class RadixCache:
@@ -536,3 +441,6 @@ class RadixCache:
 
     def pinned_blocks(self) -> int:  # walks only the pinned subtree
         return pinned_subtree_blocks(self.root, lambda node: True) + self.reserved_blocks
+
+
+__all__ = ["Match", "Node", "RadixCache", "descend", "iter_subtree"]

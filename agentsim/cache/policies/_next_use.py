@@ -25,7 +25,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from agentsim.cache.radix import _common_prefix
+from agentsim.cache.radix_tree import _common_prefix
 
 
 class NextUseIndex(NamedTuple):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentsim.cache.radix import _common_prefix
+from agentsim.cache.radix_tree import _common_prefix
 from agentsim.cache.tiers import TieredCache
 
 
