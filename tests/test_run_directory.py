@@ -33,7 +33,7 @@ from tests.conftest import ROOT, run_cli
 
 
 def _result(tables: dict[str, pd.DataFrame], requests: int) -> SimpleNamespace:
-    return SimpleNamespace(tables=tables, scenario=None, summary={"requests": requests, "complete": True})
+    return SimpleNamespace(tables=tables, scenario=None, summary={"scenario": "t", "requests": requests, "complete": True})
 
 
 def _siblings(path: Path) -> list[str]:
