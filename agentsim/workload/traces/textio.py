@@ -135,15 +135,18 @@ def unique_pairs(pairs: list[tuple[str, object]]) -> dict:
     return record
 
 
-def duplicate_key_message(key: str) -> str:
-    return f"duplicate key {key!r} in one JSON object (which of its values is meant?)"
-
-
-def line_of_duplicate(text: str, key: str) -> str:
+def _line_of_duplicate(text: str, key: str) -> str:
     """``line N`` of the second ``"key":`` in ``text`` (the repeat), or ``line 1``."""
     matches = list(re.finditer(re.escape(json.dumps(key)) + r"\s*:", text))
     offset = matches[1].start() if len(matches) > 1 else 0
     return f"line {text.count(chr(10), 0, offset) + 1}"
+
+
+def duplicate_key_error(exc: DuplicateKeyError, text: str, path: Path | str, where: str | None = None) -> InputError:
+    """The InputError for ``exc`` raised while parsing ``text``: at ``where``, or (``None``)
+    the line of the repeated key in ``text``."""
+    return InputError(f"duplicate key {exc.key!r} in one JSON object (which of its values is meant?)",
+                      str(path), _line_of_duplicate(text, exc.key) if where is None else where)
 
 
 def loads_json(text: str, path: Path | str, where: str | None) -> object:
@@ -158,8 +161,7 @@ def loads_json(text: str, path: Path | str, where: str | None) -> object:
         raise InputError(f"malformed JSON ({exc.msg} at column {exc.colno})", str(path),
                          f"line {exc.lineno}" if where is None else where) from None
     except DuplicateKeyError as exc:
-        raise InputError(duplicate_key_message(exc.key), str(path),
-                         line_of_duplicate(text, exc.key) if where is None else where) from None
+        raise duplicate_key_error(exc, text, path, where) from None
     except RecursionError:
         raise InputError("JSON nested too deeply to be a trace record", str(path), where) from None
 

@@ -34,7 +34,7 @@ from agentsim.workload.traces.fields import (
 )
 from agentsim.workload.traces.jsonl import TraceOrderWarning
 from agentsim.workload.traces.records import SubAgent, TraceRequest, WekaSession
-from agentsim.workload.traces.textio import DuplicateKeyError, duplicate_key_message, line_of_duplicate, loads_json, read_text, unique_pairs
+from agentsim.workload.traces.textio import DuplicateKeyError, duplicate_key_error, loads_json, read_text, unique_pairs
 from agentsim.input_files import require_regular_file
 
 WEKA_BLOCK_TOKENS = 64
@@ -47,12 +47,11 @@ def session_files(path: str | Path) -> list[Path]:
     """The session files of ``path``: itself if a file, else its ``*.json[l][.gz]`` files sorted by name."""
     path = Path(path)
     if path.is_dir():
-        named = sorted(p for p in path.iterdir() if p.name.endswith(SESSION_SUFFIXES) and not p.is_dir())
-        for candidate in named:
+        files = sorted(p for p in path.iterdir() if p.name.endswith(SESSION_SUFFIXES) and not p.is_dir())
+        for candidate in files:
             # A named pipe or device called like a session file is refused by name, before any
             # open (which would block on a pipe), rather than skipped into "holds no session files".
             require_regular_file(candidate, "regular session file")
-        files = named
         if not files:
             raise InputError("directory holds no *.json / *.json.gz session files", str(path))
         return files
@@ -67,7 +66,7 @@ def _session_objects(path: Path) -> Iterator[tuple[int, dict]]:
     try:
         data = json.loads(text, object_pairs_hook=unique_pairs)
     except DuplicateKeyError as exc:
-        raise InputError(duplicate_key_message(exc.key), str(path), line_of_duplicate(text, exc.key)) from None
+        raise duplicate_key_error(exc, text, path) from None
     except json.JSONDecodeError as exc:
         if exc.msg != "Extra data":
             raise InputError(f"malformed JSON ({exc.msg} at column {exc.colno})", str(path), f"line {exc.lineno}") from None
