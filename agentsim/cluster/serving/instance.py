@@ -12,7 +12,8 @@ reserve, what they load from lower tiers), the prefetcher
 (:mod:`~agentsim.cluster.serving.prefetch`), tool-gap movement
 (:mod:`~agentsim.cluster.serving.toolgap`) and the KV loader
 (:mod:`~agentsim.cluster.serving.kv_load`: loads into HBM from lower tiers and peers). With a
-memory hierarchy the request's prefill waits for its load (or overlaps it layer by layer, in which case only its first token waits).
+memory hierarchy the request's prefill waits for its load (or overlaps it layer by layer, in
+which case only its first token waits).
 TTFT = queue + load + prefill.
 """
 
