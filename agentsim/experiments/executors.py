@@ -15,6 +15,7 @@ callers must not depend on it.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from typing import Iterable, Iterator
@@ -189,10 +190,14 @@ class DaskExecutor:
             # Worker processes start with SIGINT ignored (inherited through fork and exec):
             # Ctrl-C reaches the whole process group, and only this process should act on it,
             # closing the cluster in order instead of every nanny printing its own traceback.
+            # silence_logs=CRITICAL: when the cluster closes after Ctrl-C, a worker whose
+            # heartbeat meets the closed scheduler logs it with logger.exception (ERROR, with a
+            # traceback) on the terminal; a task's own failure still reaches this process as
+            # the exception future.result() raises, so no run's error is hidden by this.
             previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
             try:
                 self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                            dashboard_address=None, silence_logs=40,
+                                            dashboard_address=None, silence_logs=logging.CRITICAL,
                                             security=security, protocol="tls://")
             finally:
                 signal.signal(signal.SIGINT, previous)
