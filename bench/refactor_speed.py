@@ -2,7 +2,7 @@
 by step in one run.
 
 Each step of the refactor is a pair of commits on ``main`` (:data:`STEPS`: the merge and its
-first parent, or the branch point and this checkout for the host-tier step); both are extracted
+first parent, or the branch point and the branch's last commit for the host-tier step); both are extracted
 with ``git archive`` into a temporary directory and run with this checkout's environment, as
 ``bench/reference_runs.py --src`` does. Each scenario runs as its own process, alternately
 before and after so that both see the same machine load, each side with its own scenario file.
@@ -41,7 +41,8 @@ STEPS = [
     ("serving split into collaborators", "e1149d3", "2a8c3c9"),
     ("tier kinds as data under hardware/", "4cf8c5d", "bed8810"),
     ("long-form per-tier hit records", "8ce0424", "ab92703"),
-    ("host tier as a tier-kind flag (this checkout)", "d5a5ff0", None),
+    ("host tier as a tier-kind flag", "d5a5ff0", "b7da9f0"),
+    ("module-size split: radix tree walk, run merge, KV loader, step timer", "607c6c9", "9d2eddf"),
 ]
 #: This checkout against the code from before the refactor (informational).
 BEFORE_REFACTOR = "760c142"
