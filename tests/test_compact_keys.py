@@ -1,7 +1,9 @@
 """Block keys are held compactly wherever they are stored for the long term: token streams, the
-requests' prompt and total key slices and the tiered cache's runs (merged runs included) are
-``array('q')`` (8 bytes a key), not lists of int objects (about 40 bytes a key)."""
+requests' key slices and the tiered cache's runs (merged runs included) are ``array('q')`` (8
+bytes a key), not lists of int objects (about 40 bytes a key); a request holds one array of
+keys (its prompt's are a prefix of its total's)."""
 
+import gc
 from array import array
 
 from agentsim.cache.tiers import TieredCache
@@ -48,8 +50,15 @@ def test_a_tiered_run_stores_every_run_and_request_slice_as_an_array():
         instance.submit = submit
     result = sim.run()
     assert result.summary["requests"] > 50 and len(submitted) >= result.summary["requests"]
+    grew = 0
     for request in submitted:
         assert _is_compact(request.prompt_keys) and _is_compact(request.total_keys)
+        held = [value for value in gc.get_referents(request) if isinstance(value, array)]
+        assert held == [request.total_keys], "a request holds one copy of its keys"
+        assert request.prompt_keys == request.total_keys[:len(request.prompt_keys)]
+        assert len(request.prompt_keys) == request.prompt_tokens // scenario.cache.block_tokens
+        grew += len(request.total_keys) > len(request.prompt_keys)
+    assert grew > 0       # outputs that filled blocks: prompt and total keys differ
     nodes = 0
     for instance in sim.instances:
         cache = instance.cache
