@@ -68,3 +68,28 @@ def test_a_tiered_run_stores_every_run_and_request_slice_as_an_array():
             nodes += 1
     assert nodes > 10
     assert sum(instance.cache.merged_nodes for instance in sim.instances) > 0   # merged runs were checked too
+
+
+def test_a_streams_whole_keys_are_handed_out_once_and_never_modified():
+    """Copy on write: a call that takes the whole context gets the stream's own array (one array
+    of keys between the call and the next append, not two), and appending or rewriting the
+    stream afterwards leaves that array as it was."""
+    alloc = KeyAllocator()
+    stream = TokenStream(64, alloc, alloc.take(2), 2 * 64)
+    stream.append(64 * 3 + 5)
+    whole = stream.full_block_keys(stream.tokens)
+    assert whole is stream.keys and _is_compact(whole)
+    before = list(whole)
+    stream.append(64 * 2)                       # new keys: a new array, the handed-out one unchanged
+    assert stream.keys is not whole and list(whole) == before and len(stream.keys) == len(before) + 2
+    assert list(stream.keys[:len(before)]) == before
+    grown = stream.keys
+    stream.append(64)                           # not handed out: extended in place
+    assert stream.keys is grown
+    part = stream.full_block_keys(64 * 3)
+    assert part is not stream.keys and list(part) == list(stream.keys[:3])
+    whole = stream.full_block_keys(stream.tokens)
+    before = list(whole)
+    stream.rewrite_after(64)
+    stream.append(64 * 4)
+    assert list(whole) == before and stream.keys is not whole

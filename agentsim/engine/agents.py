@@ -217,6 +217,9 @@ class AgentDriver:
             if gap is not None:
                 ahead.outcome(gap, called=True)
                 gap = None
+            # The previous call is not needed past its pause: its keys (the context then) are freed
+            # while this call runs instead of living on beside the stream's.
+            request = None
             request = yield from self._call(model, stream, rng, session_id, depth, call_index, gap_s, gap_kind, mutations,
                                             agent_id=agent_id, last=call_index == n_calls - 1, rewrite=rewrite)
             last_instance = request.instance
