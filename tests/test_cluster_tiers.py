@@ -41,7 +41,7 @@ def make_instance(env):
 
 def request(env, rid, prompt_tokens):
     keys = list(range(prompt_tokens // B))
-    return LLMRequest(rid, 0, "a", 0, rid, env.now, prompt_tokens, 1, keys, keys, env.event())
+    return LLMRequest(rid, 0, "a", 0, rid, env.now, prompt_tokens, 1, len(keys), keys, env.event())
 
 
 def ttft_of(env, inst, req):

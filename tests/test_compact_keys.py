@@ -1,7 +1,9 @@
 """Block keys are held compactly wherever they are stored for the long term: token streams, the
-requests' prompt and total key slices and the tiered cache's runs (merged runs included) are
-``array('q')`` (8 bytes a key), not lists of int objects (about 40 bytes a key)."""
+requests' key slices and the tiered cache's runs (merged runs included) are ``array('q')`` (8
+bytes a key), not lists of int objects (about 40 bytes a key); a request holds one array of
+keys (its prompt's are a prefix of its total's)."""
 
+import gc
 from array import array
 
 from agentsim.cache.tiers import TieredCache
@@ -48,8 +50,15 @@ def test_a_tiered_run_stores_every_run_and_request_slice_as_an_array():
         instance.submit = submit
     result = sim.run()
     assert result.summary["requests"] > 50 and len(submitted) >= result.summary["requests"]
+    grew = 0
     for request in submitted:
         assert _is_compact(request.prompt_keys) and _is_compact(request.total_keys)
+        held = [value for value in gc.get_referents(request) if isinstance(value, array)]
+        assert held == [request.total_keys], "a request holds one copy of its keys"
+        assert request.prompt_keys == request.total_keys[:len(request.prompt_keys)]
+        assert len(request.prompt_keys) == request.prompt_tokens // scenario.cache.block_tokens
+        grew += len(request.total_keys) > len(request.prompt_keys)
+    assert grew > 0       # outputs that filled blocks: prompt and total keys differ
     nodes = 0
     for instance in sim.instances:
         cache = instance.cache
@@ -59,3 +68,28 @@ def test_a_tiered_run_stores_every_run_and_request_slice_as_an_array():
             nodes += 1
     assert nodes > 10
     assert sum(instance.cache.merged_nodes for instance in sim.instances) > 0   # merged runs were checked too
+
+
+def test_a_streams_whole_keys_are_handed_out_once_and_never_modified():
+    """Copy on write: a call that takes the whole context gets the stream's own array (one array
+    of keys between the call and the next append, not two), and appending or rewriting the
+    stream afterwards leaves that array as it was."""
+    alloc = KeyAllocator()
+    stream = TokenStream(64, alloc, alloc.take(2), 2 * 64)
+    stream.append(64 * 3 + 5)
+    whole = stream.full_block_keys(stream.tokens)
+    assert whole is stream.keys and _is_compact(whole)
+    before = list(whole)
+    stream.append(64 * 2)                       # new keys: a new array, the handed-out one unchanged
+    assert stream.keys is not whole and list(whole) == before and len(stream.keys) == len(before) + 2
+    assert list(stream.keys[:len(before)]) == before
+    grown = stream.keys
+    stream.append(64)                           # not handed out: extended in place
+    assert stream.keys is grown
+    part = stream.full_block_keys(64 * 3)
+    assert part is not stream.keys and list(part) == list(stream.keys[:3])
+    whole = stream.full_block_keys(stream.tokens)
+    before = list(whole)
+    stream.rewrite_after(64)
+    stream.append(64 * 4)
+    assert list(whole) == before and stream.keys is not whole

@@ -92,14 +92,14 @@ def test_a_decode_worker_loading_its_own_dram_and_receiving_a_handoff_waits_for_
     decode.kv_handoff = KvHandoff(decode, _OneLink(handoff_link, 0.8))
     history = 50_000 // B * B
     keys = list(range(history // B))
-    warm = LLMRequest(0, 0, "a", 0, 0, env.now, history + 1, 1, keys, keys, env.event())
+    warm = LLMRequest(0, 0, "a", 0, 0, env.now, history + 1, 1, len(keys), keys, env.event())
     decode.submit(warm)
     env.run(until=warm.done)
     assert cache.demote_path(cache.match(keys, env.now, touch=False).node, env.now) == len(keys)
     env.run(until=env.now + 1.0)      # the copy down is over
     prompt = history + 6_400
     call_keys = list(range(prompt // B))
-    call = LLMRequest(1, 0, "a", 0, 1, env.now, prompt, 8, call_keys, call_keys, env.event())
+    call = LLMRequest(1, 0, "a", 0, 1, env.now, prompt, 8, len(call_keys), call_keys, env.event())
     call.prefill_worker, call.prefill_done_s, call.remote_prefill = 0, env.now, True
     call.prefill_computed_tokens, call.prefill_tier_hit_tokens = prompt, {"hbm": 0}
     decode.submit(call)

@@ -120,3 +120,24 @@ def test_many_shared_prefix_keys_do_not_pin_the_span():
             m.pop(key - window)
     assert len(m) == 600 + window
     assert len(m.values) < 300_000 and all(m.get(k) == 1 for k in range(1, 601))
+
+
+def test_the_span_grows_by_a_quarter_not_by_doubling():
+    """Appending allocator keys leaves at most a quarter of the span unset past the last key
+    (doubling left up to half: 300,000 keys in a span of 524,288)."""
+    m = DenseKeyMap()
+    for key in range(1, 300_001):
+        m.set(key, 1)
+        if key % 1000 == 0:
+            assert len(m.values) <= 1.25 * key + 1024, key
+    assert len(m) == 300_000 and not m.far
+
+
+def test_cover_makes_an_empty_span_dense_from_its_first_key():
+    m = DenseKeyMap("H", rebase=False)
+    m.cover(400_000, 450_000)
+    for key in range(400_000, 600_000, 3):
+        m.set(key, 5)
+    assert not m.far and m.base == 400_000 and m.get(400_003) == 5 and m.get(400_004) == 0
+    with pytest.raises(ValueError):
+        m.cover(0, 10)

@@ -33,7 +33,7 @@ def request(env, rid, prompt_tokens, output_tokens, prefix_of=None):
     keys = shared + [base + i for i in range(prompt_tokens // B - len(shared))]
     total = keys + [base + 10**6 + i for i in range((prompt_tokens + output_tokens) // B - len(keys))]
     return LLMRequest(request_id=rid, session_id=rid, agent_class="t", depth=0, call_index=0, arrival_s=env.now,
-                      prompt_tokens=prompt_tokens, output_tokens=output_tokens, prompt_keys=keys,
+                      prompt_tokens=prompt_tokens, output_tokens=output_tokens, prompt_blocks=len(keys),
                       total_keys=total, done=env.event())
 
 

@@ -42,7 +42,7 @@ def make_instance(env, policy="none", base_s=1.0, per_ki_s=0.25, threshold=256, 
 
 def request(env, rid, keys, prompt_tokens=None, output_tokens=1):
     prompt_tokens = prompt_tokens if prompt_tokens is not None else len(keys) * B + B // 2
-    return LLMRequest(rid, rid, "a", 0, rid, env.now, prompt_tokens, output_tokens, keys, keys, env.event())
+    return LLMRequest(rid, rid, "a", 0, rid, env.now, prompt_tokens, output_tokens, len(keys), keys, env.event())
 
 
 def put_prefix_on_disk(env, inst, cache, keys):

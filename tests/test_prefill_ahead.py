@@ -87,7 +87,7 @@ def test_pinned_prefill_ahead_holds_kv_and_reruns_identically():
 
 def _request(env, rid, prompt_tokens, background=False):
     keys = list(range(rid * 10_000, rid * 10_000 + prompt_tokens // B))
-    req = LLMRequest(rid, 0, "a", 0, 0, env.now, prompt_tokens, 1, keys, keys, env.event())
+    req = LLMRequest(rid, 0, "a", 0, 0, env.now, prompt_tokens, 1, len(keys), keys, env.event())
     req.background = background
     return req
 

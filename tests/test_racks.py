@@ -112,7 +112,7 @@ def _instance(env, index, nic):
 
 def _request(env, rid, prompt_tokens):
     keys = list(range(prompt_tokens // B))
-    return LLMRequest(rid, 0, "a", 0, rid, env.now, prompt_tokens, 1, keys, keys, env.event())
+    return LLMRequest(rid, 0, "a", 0, rid, env.now, prompt_tokens, 1, len(keys), keys, env.event())
 
 
 @pytest.mark.parametrize("same_rack", [True, False])

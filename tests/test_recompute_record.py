@@ -138,3 +138,29 @@ def test_classify_splits_by_the_definition(seed):
                 expected_by_tier[name] += tokens
     assert record.evicted_by_tier_tokens == expected_by_tier
     assert sum(expected_by_tier.values()) > 0
+
+
+def test_codes_take_two_bytes_a_key_up_to_255_instances_and_four_beyond():
+    small, large = _classifier(255), _classifier(256)
+    for record, last in ((small, 254), (large, 255)):
+        keys = list(range(100, 200))
+        record._record(last, keys, 2)
+        record._record(0, keys[:10], 1)
+        assert record._tiers_lost(last, keys) == [3] * 100
+        assert record._tiers_lost(0, keys) == [2] * 10 + [0] * 90
+    assert small._layers[0].values.typecode == "H" and large._layers[0].values.typecode == "I"
+
+
+def test_a_layer_created_late_in_a_run_holds_its_keys_densely():
+    """The second and third owners of keys allocated long after the run began (keys far above
+    the growth slack of 0): their layers start with the first layer's span, not a dict entry
+    (about 100 bytes) per key."""
+    record = _classifier(3)
+    keys = list(range(500_000, 520_000))
+    record._record(0, list(range(1, 520_000)), 0)      # the first instance lost every key so far
+    record._record(1, keys[::2], 1)
+    record._record(2, keys[::4], 2)
+    assert len(record._layers) == 3
+    assert all(not layer.far for layer in record._layers)
+    assert record._tiers_lost(2, keys[:8]) == [3, 0, 0, 0, 3, 0, 0, 0]
+    assert record._tiers_lost(1, keys[:4]) == [2, 0, 2, 0]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agentsim.metrics.records import (EvictionSample, LinkSample, OccupancySample, RecordBuffer, RequestRecord,
-                                      record_frame)
+                                      TierHitRecord, record_frame)
 
 
 def _value(kind: str, rng: random.Random, row: int):
@@ -59,3 +59,62 @@ def test_clear_empties_a_buffer():
         buffer.append(record)
     buffer.clear()
     assert len(buffer) == 0 and buffer.frame().empty
+
+
+def _exactly_equal(got, expected) -> None:
+    assert list(got.columns) == list(expected.columns)
+    assert got.dtypes.to_dict() == expected.dtypes.to_dict()
+    for name in expected.columns:
+        a, b = got[name].to_numpy(), expected[name].to_numpy()
+        if a.dtype == np.float64:
+            assert (a.view(np.int64) == b.view(np.int64)).all(), name    # bit for bit: -0.0, NaN
+        else:
+            assert a.tolist() == b.tolist(), name
+
+
+def _chunky_value(kind: str, rng: random.Random, row: int, column: int):
+    """Chunks of every form: constant (ints, -0.0, NaN, labels), narrow and wide ints, varying
+    floats, few and many distinct labels."""
+    style = (column + row // 64) % 5
+    if kind == "int":
+        return (7, rng.randint(-100, 100), rng.randint(-40_000, 40_000), rng.randint(-2**40, 2**62), -1)[style]
+    if kind == "float":
+        return (-0.0, float("nan"), rng.uniform(-1, 1), 0.0, rng.choice((1.5, -0.0)))[style]
+    if kind == "bool":
+        return (True, rng.random() < 0.5, False, False, True)[style]
+    return ("hbm", rng.choice(["a", "b"]), f"label{rng.randrange(1000)}", "", rng.choice(["x", "yy"]))[style]
+
+
+@pytest.mark.parametrize("record_type", [RequestRecord, TierHitRecord, LinkSample], ids=lambda t: t.__name__)
+def test_sealed_chunks_frame_exactly_what_the_records_frame(monkeypatch, record_type):
+    monkeypatch.setattr("agentsim.metrics.records.CHUNK_ROWS", 64)
+    rng = random.Random(3)
+    records = [record_type(*(_chunky_value(f.type, rng, row, column) for column, f in enumerate(fields(record_type))))
+               for row in range(64 * 11 + 17)]
+    buffer = RecordBuffer(record_type)
+    for record in records:
+        buffer.append(record)
+    assert len(buffer) == len(records) and len(buffer._sealed[0]) == 11
+    _exactly_equal(buffer.frame(), record_frame(records, record_type))
+    buffer.append(records[0])              # frames do not alias the buffer; it keeps growing
+    assert len(buffer.frame()) == len(records) + 1
+
+
+def test_a_long_runs_request_records_take_a_few_bytes_a_value():
+    """Typical request rows (ids, token counts, times; the fields of unused features constant)
+    sealed into chunks: well under the 8 bytes a value of the raw columns."""
+    rng = random.Random(1)
+    buffer = RecordBuffer(RequestRecord)
+    rows = 3 * 8192
+    for i in range(rows):
+        t = i * 0.01
+        buffer.append(RequestRecord(
+            request_id=i, session_id=i // 50, agent_class="coding", depth=rng.randrange(2), call_index=i % 50,
+            instance=rng.randrange(18), arrival_s=t, gap_before_s=rng.uniform(0, 30), gap_kind="tool",
+            prompt_tokens=rng.randrange(1000, 100_000), output_tokens=rng.randrange(10, 2000),
+            hit_tokens=rng.randrange(1000), recomputed_tokens=rng.randrange(1000), queue_wait_s=rng.random(),
+            ttft_s=rng.random(), tpot_s=rng.random() / 100, e2e_s=rng.random() * 10, finish_s=t + 5,
+            slo_met=True, rejected=False))
+    raw_bytes = rows * 8 * len(buffer._codes)
+    assert buffer.nbytes() < 0.45 * raw_bytes
+    assert buffer.frame()["request_id"].tolist() == list(range(rows))

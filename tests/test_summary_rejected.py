@@ -32,3 +32,18 @@ def test_latency_percentiles_are_over_served_requests_with_the_rejected_fraction
     assert summary["ttft_p99_s"] == pytest.approx(np.percentile(served.ttft_s.dropna(), 99))
     assert summary["rejected_fraction"] == pytest.approx(table.rejected.mean())
     assert summary["sla_attainment"] <= 1 - summary["rejected_fraction"] + 1e-12
+
+
+def test_a_selection_that_keeps_every_row_is_the_table_itself():
+    """No warm-up and no rejections: the summaries read the request table itself instead of a
+    copy per selection (a long run's table is tens of MB), with the same figures."""
+    import numpy as np
+    import pandas as pd
+
+    from agentsim.metrics.summary import rows_where
+
+    frame = pd.DataFrame({"arrival_s": [0.0, 1.0, 2.0], "x": [1, 2, 3]})
+    assert rows_where(frame, frame.arrival_s >= 0.0) is frame
+    part = rows_where(frame, frame.arrival_s >= 1.0)
+    assert part is not frame and part.x.tolist() == [2, 3]
+    assert rows_where(frame, np.zeros(3, dtype=bool)).empty

@@ -40,7 +40,7 @@ def make_instance(env, on_tool_call="demote", prefetch=True, lead_s=1.0, dram_bl
 
 def call(env, rid, agent, keys, gap_kind="tool", gap_s=GAP_S):
     prompt_tokens = len(keys) * B
-    return LLMRequest(rid, agent, "a", 0, rid, env.now, prompt_tokens, 1, keys, keys, env.event(),
+    return LLMRequest(rid, agent, "a", 0, rid, env.now, prompt_tokens, 1, len(keys), keys, env.event(),
                       agent_id=agent, next_gap_s=gap_s, next_gap_kind=gap_kind)
 
 

@@ -9,12 +9,18 @@ costs about three times an ``array``'s from Python, and these maps are read and 
 at a time on the eviction path), hence this small class.
 
 Contract: values are ints in ``1 .. 2**32 - 1`` (``typecode="Q"``: ``2**64 - 1``); 0 means absent (:meth:`get` returns it for a
-key never set). Keys inside the dense span, or close above it (the span grows by doubling, so
+key never set). Keys inside the dense span, or close above it (the span grows by a quarter, so
 appends of new keys are amortised O(1)), live in the array; any other key (a trace's hash ids,
 negative keys, keys below a span moved up by :meth:`drop_below`) lives in a dict, so every key
 works. When the span must grow while fewer than a quarter of its slots are set (the low keys
 of a long run were removed; a few, such as shared prefixes, remain), its start moves up past
-the low ones first and those few move to the dict, so a long run's span follows its live keys.
+the low ones first and those few move to the dict, so a long run's span follows its live keys
+(unless built with ``rebase=False``: a map whose keys are a sparse subset of another map's,
+whose span it follows through :meth:`drop_below`).
+
+Growth by a quarter rather than doubling: the span's unset tail (keys not yet allocated) is
+at most a fifth of it instead of half. The array is resized in place (``realloc``, which for
+large blocks remaps pages rather than copying), so the smaller steps cost little.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import numpy as np
 
 #: Keys this far above the dense span still extend it (rather than going to the dict).
 _GROWTH_SLACK = 65536
+#: A growing span grows by at least this fraction of its size (amortised O(1) appends).
+_GROWTH_SHIFT = 2       # size >> 2: a quarter
 #: Spans shorter than this are never re-based (the move would save little).
 _REBASE_MIN = 1 << 16
 #: A re-base may move this many set keys to the dict, or an eighth of them if more: enough for a
@@ -35,15 +43,26 @@ _REBASE_MOVES = 4096
 class DenseKeyMap:
     """``key -> value`` (positive int), an ``array('I')`` over a span of keys plus a dict beyond it."""
 
-    __slots__ = ("values", "base", "far", "count")
+    __slots__ = ("values", "base", "far", "count", "rebase")
 
-    def __init__(self, typecode: str = "I") -> None:
+    def __init__(self, typecode: str = "I", rebase: bool = True) -> None:
         self.values = array(typecode)
         #: The key stored at ``values[0]``.
         self.base = 0
         self.far: dict[int, int] = {}
         #: Number of keys set (dense and far).
         self.count = 0
+        #: Whether a growing, mostly unset span may move its start up (see the module docstring).
+        self.rebase = rebase
+
+    def cover(self, start: int, end: int) -> None:
+        """Make an empty map's dense span ``[start, end)`` (all unset), so that keys in it are
+        dense from the first one on: a map created late in a run (its first keys far above 0)
+        would otherwise put every key in its dict until one came within the growth slack of 0."""
+        if self.count or len(self.values):
+            raise ValueError("cover() needs an empty map")
+        self.base = start
+        self.values.frombytes(bytes(self.values.itemsize * max(0, end - start)))
 
     def __len__(self) -> int:
         return self.count
@@ -71,10 +90,12 @@ class DenseKeyMap:
             values[i] = value
             return
         if size <= i < 2 * size + _GROWTH_SLACK:
-            if size >= _REBASE_MIN and 4 * (self.count - len(self.far)) < size and self._rebase():
+            if (self.rebase and size >= _REBASE_MIN and 4 * (self.count - len(self.far)) < size
+                    and self._rebase()):
                 self.set(key, value)      # the span moved up: place the key again
                 return
-            values.frombytes(bytes(values.itemsize * (max(2 * size, i + 1, 1024) - size)))
+            grown = size + (size >> _GROWTH_SHIFT)
+            values.frombytes(bytes(values.itemsize * (max(grown, i + 1, 1024) - size)))
             if self.far:
                 self._absorb_far()
             if not values[i]:

@@ -9,8 +9,14 @@ import simpy
 
 @dataclass(slots=True, eq=False)
 class LLMRequest:
-    """An LLM call. ``prompt_keys`` are the prompt's full-block keys; ``total_keys`` those of
-    prompt plus output (the KV the call leaves behind for the agent's next call)."""
+    """An LLM call. ``total_keys`` are the full-block keys of prompt plus output (the KV the call
+    leaves behind for the agent's next call); the prompt's full blocks are its first
+    ``prompt_blocks`` (:attr:`prompt_keys`).
+
+    One copy of the keys per request: the prompt's keys are a prefix of the total's, and a
+    second array of them cost 8 bytes a prompt block for every live request (every agent holds
+    its last call through its tool gap). ``total_keys`` is never modified after construction.
+    """
 
     request_id: int
     session_id: int
@@ -20,7 +26,7 @@ class LLMRequest:
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
-    prompt_keys: list[int]
+    prompt_blocks: int          # full blocks of the prompt: total_keys[:prompt_blocks]
     total_keys: list[int]
     done: simpy.Event
     gap_before_s: float = float("nan")
@@ -89,3 +95,12 @@ class LLMRequest:
     keep_pin: bool = False
     held_node: object = None
     prefill_gap: object = None
+
+    @property
+    def prompt_keys(self) -> list[int]:
+        """The prompt's full-block keys, ``total_keys[:prompt_blocks]`` (a new slice when the
+        output added full blocks: hold it only as long as the caller needs it)."""
+        keys = self.total_keys
+        if self.prompt_blocks == len(keys):
+            return keys
+        return keys[:self.prompt_blocks]

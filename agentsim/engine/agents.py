@@ -217,6 +217,9 @@ class AgentDriver:
             if gap is not None:
                 ahead.outcome(gap, called=True)
                 gap = None
+            # The previous call is not needed past its pause: its keys (the context then) are freed
+            # while this call runs instead of living on beside the stream's.
+            request = None
             request = yield from self._call(model, stream, rng, session_id, depth, call_index, gap_s, gap_kind, mutations,
                                             agent_id=agent_id, last=call_index == n_calls - 1, rewrite=rewrite)
             last_instance = request.instance
@@ -316,13 +319,15 @@ class AgentDriver:
             else:
                 gap = model.tool_gap.sample(rng)
                 next_kind, next_gap = "tool", gap if gap > 0.0 else 0.0
-        prompt_keys = stream.full_block_keys(prompt_tokens)
+        # The prompt's keys are the first ``prompt_blocks`` of the total's (appending only
+        # extends the stream's keys), so the request holds one array of them.
+        prompt_blocks = min(prompt_tokens // stream.block_tokens, len(stream.keys))
         stream.append(output_tokens)
         total_keys = stream.full_block_keys(prompt_tokens + output_tokens)
         request = LLMRequest(
             request_id=self._next_request_id, session_id=session_id, agent_class=model.name, depth=depth,
             call_index=call_index, arrival_s=self.env.now, prompt_tokens=prompt_tokens,
-            output_tokens=output_tokens, prompt_keys=prompt_keys, total_keys=total_keys,
+            output_tokens=output_tokens, prompt_blocks=prompt_blocks, total_keys=total_keys,
             done=self.env.event(), gap_before_s=gap_s, gap_kind=gap_kind, mutations=mutations,
             agent_id=agent_id, next_gap_s=next_gap, next_gap_kind=next_kind, rewrite=rewrite,
         )

@@ -17,6 +17,7 @@ from agentsim.config.disaggregation import pool_scenario
 from agentsim.engine.hierarchy import Hierarchy
 from agentsim.hardware.timing.select import build_timer
 from agentsim.hardware.topology import place_pools
+from agentsim.metrics.summary import rows_where
 
 
 class DisaggregatedCluster:
@@ -97,7 +98,7 @@ class DisaggregatedCluster:
     def summary(self, requests, simulated_s: float) -> dict:
         """Pool sizes, the prefill pool's busy fraction and cache, and the hand-offs: bytes, links,
         and TTFT's parts (prefill queue, prefill, decode queue, KV transfer)."""
-        done = requests[~requests.rejected] if len(requests) else requests
+        done = rows_where(requests, ~requests.rejected) if len(requests) else requests
         out: dict = {"disaggregated": True,
                      "prefill_workers": len(self.prefill), "decode_workers": len(self.decode),
                      "prefill_gpus_per_worker": self.pools["prefill"].hardware.gpus_per_instance,

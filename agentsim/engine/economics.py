@@ -48,6 +48,7 @@ import pandas as pd
 
 from agentsim.config.units import UnitError, parse_duration
 from agentsim.hardware.tier_kinds import TIER_KINDS, tier_price_usd_per_gb_month
+from agentsim.metrics.summary import rows_where
 
 TTL_5M_S = 300.0
 HOURS_PER_MONTH = 730.0      # the cloud billing convention (8,760 h / 12)
@@ -168,7 +169,7 @@ def economics_summary(scenario, requests: pd.DataFrame, summary: dict,
     ``total_cost_usd``,
     ``cost_usd_per_hour``, ``total_cost_per_million_tokens_usd``.
     """
-    served = requests[~requests.rejected.astype(bool)] if len(requests) else requests
+    served = rows_where(requests, ~requests.rejected.astype(bool)) if len(requests) else requests
     input_tokens = int(served.prompt_tokens.sum()) if len(served) else 0
     output_tokens = int(served.output_tokens.sum()) if len(served) else 0
     read_tokens = int(served.hit_tokens.sum()) if len(served) else 0

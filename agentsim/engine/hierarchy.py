@@ -8,6 +8,7 @@ import simpy
 
 from agentsim.hardware.tier_kinds import host_tier, tier_names
 from agentsim.hardware.topology import build_topology, tier_capacity_bytes
+from agentsim.metrics.summary import rows_where
 
 
 class Hierarchy:
@@ -93,7 +94,7 @@ class Hierarchy:
         import numpy as np
 
         out: dict = {}
-        done = requests[~requests.rejected] if len(requests) else requests
+        done = rows_where(requests, ~requests.rejected) if len(requests) else requests
         prompt = float(done.prompt_tokens.sum()) if len(done) else 0.0
         hits = {name: int(done[f"hit_tokens_{name}"].sum()) if len(done) else 0 for name in tier_names()}
         out["hit_tokens_by_tier"] = hits

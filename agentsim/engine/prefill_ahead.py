@@ -138,7 +138,7 @@ class PrefillAhead:
         bg = LLMRequest(
             request_id=self._next_id, session_id=request.session_id, agent_class=request.agent_class,
             depth=request.depth, call_index=request.call_index, arrival_s=self.env.now, prompt_tokens=tokens,
-            output_tokens=1, prompt_keys=keys, total_keys=keys, done=self.env.event(), agent_id=request.agent_id,
+            output_tokens=1, prompt_blocks=len(keys), total_keys=keys, done=self.env.event(), agent_id=request.agent_id,
         )
         self._next_id -= 1
         bg.background = True
@@ -165,7 +165,7 @@ class PrefillAhead:
             return
         self._release(gap, now)
         if gap.open:
-            gap.held = [node, len(bg.prompt_keys), now]
+            gap.held = [node, bg.prompt_blocks, now]
         else:
             gap.instance.cache.unpin(node)
 

@@ -18,7 +18,8 @@ The three sum to ``recomputed_tokens`` (checked with ``run.check_invariants``).
 
 Memory: what a cache lost is kept per block key as a code (the instance that lost it and the
 tier) in up to :data:`DENSE_LAYERS` maps dense over the key allocator's ids
-(:class:`~agentsim.cache.key_map.DenseKeyMap`, 4 bytes a key of their span: the first instance
+(:class:`~agentsim.cache.key_map.DenseKeyMap`, 2 bytes a key of their span with up to 255
+instances, 4 with more: the first instance
 that lost the key, the second, ...), plus a dict per further instance for keys lost on more
 instances than that (shared prefixes). A dict from key to code cost about 100 bytes a key, and
 a rack's sessions move between instances often enough that a second owner is common. Removals by a history rewrite are not kept (a rewritten
@@ -58,7 +59,10 @@ class RecomputeClassifier:
         self.warmup_s = warmup_s
         #: Layer i: key -> code ``(owner + 1) << 8 | (1 + tier)`` of the (i+1)-th instance to
         #: lose it. A key is set in layers 0..k-1 only (records are removed from all at once).
-        self._layers: list[DenseKeyMap] = [DenseKeyMap()]
+        #: Codes of up to 255 instances fit in 2 bytes a key of the span ("H"), more in 4.
+        owners = 1 + max((inst.instance_id for inst in instances), default=0)
+        self._code_type = "H" if owners < (1 << (16 - _TIER_BITS)) else "I"
+        self._layers: list[DenseKeyMap] = [DenseKeyMap(self._code_type)]
         self._spill: dict[int, dict[int, int]] = {}     # instance -> key -> 1 + tier
         #: ``() -> (oldest live key, protected keys)`` (the agent driver's ``key_horizon``):
         #: when set, records of dead keys (below the oldest live key, not protected) are purged
@@ -130,7 +134,12 @@ class RecomputeClassifier:
                     break
             else:
                 if len(self._layers) < DENSE_LAYERS:
-                    layer = DenseKeyMap()
+                    # A later layer's keys are a sparse subset of the first's: its span starts
+                    # as the first's (not at its first key, which would leave the keys below
+                    # it to the dict) and follows the first's through purges, never re-basing
+                    # on its own.
+                    layer = DenseKeyMap(self._code_type, rebase=False)
+                    layer.cover(first.base, first.base + len(first.values))
                     layer.set(key, code)
                     self._layers.append(layer)
                 else:

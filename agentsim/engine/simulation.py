@@ -25,7 +25,7 @@ from agentsim.engine.agents import AgentDriver
 from agentsim.engine.run_warnings import kv_capacity_warning
 from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecord, TierHitRecord, with_tier_hit_columns
 from agentsim.engine.economics import economics_summary
-from agentsim.metrics.summary import summarize_requests
+from agentsim.metrics.summary import rows_where, summarize_requests
 from agentsim.engine.agentic import AgenticWiring
 from agentsim.engine.policy_factory import eviction_policy
 from agentsim.engine.collector import freezing_collector
@@ -431,10 +431,12 @@ class Simulation:
         summary["recompute_record_bytes"] = self.recompute.state_bytes()
         tables = {"requests": requests, "occupancy": occupancy}
         if self.hierarchy is not None:
-            summary.update(self.hierarchy.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))
+            summary.update(self.hierarchy.summary(rows_where(requests, requests.arrival_s >= scenario.run.warmup_s),
+                                                  simulated_s))
             tables["links"] = self.hierarchy.link_table(simulated_s)
         if self.disaggregated is not None:
-            summary.update(self.disaggregated.summary(requests[requests.arrival_s >= scenario.run.warmup_s], simulated_s))
+            summary.update(self.disaggregated.summary(
+                rows_where(requests, requests.arrival_s >= scenario.run.warmup_s), simulated_s))
             handoff_ports = self.disaggregated.link_table(simulated_s)
             tables["links"] = (handoff_ports if self.hierarchy is None
                                else pd.concat([tables["links"], handoff_ports], ignore_index=True))

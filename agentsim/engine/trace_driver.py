@@ -96,7 +96,7 @@ class TraceDriver:
             request_id=self._next_id, session_id=session, agent_class=trace.agent_id if trace.depth else "main",
             depth=trace.depth, call_index=call_index, arrival_s=self.env.now,
             prompt_tokens=max(1, trace.input_tokens), output_tokens=max(1, trace.output_tokens),
-            prompt_keys=keys, total_keys=keys, done=self.env.event(), gap_before_s=gap_s, gap_kind=gap_kind,
+            prompt_blocks=len(keys), total_keys=keys, done=self.env.event(), gap_before_s=gap_s, gap_kind=gap_kind,
             agent_id=self._agent_number(trace), next_gap_s=next_gap_s, next_gap_kind=next_gap_kind)
         self.paused_requests += next_gap_kind in PAUSE_KINDS and request.agent_id >= 0
         self._next_id += 1

@@ -15,6 +15,8 @@ from operator import attrgetter
 import numpy as np
 import pandas as pd
 
+from agentsim.metrics.compact_columns import CHUNK_ROWS, expand, nbytes, seal
+
 
 @dataclass(slots=True)
 class RequestRecord:
@@ -185,10 +187,14 @@ class RecordBuffer:
 
     ``append(record)`` unpacks a record into its columns at once, so the record object does not
     outlive the call: a rack hour's 65,000 request records take 8 bytes per numeric value
-    instead of a slotted object per row plus a float object per value. ``frame()`` gives the
-    same DataFrame as :func:`record_frame` of the records (same columns, order and dtypes: int
-    fields int64, float fields float64, bool fields bool, the rest as pandas infers from a
-    list). ``len()`` and ``clear()`` work as for a list.
+    instead of a slotted object per row plus a float object per value. Every
+    :data:`~agentsim.metrics.compact_columns.CHUNK_ROWS` rows the open columns are sealed into
+    compact chunks (:mod:`agentsim.metrics.compact_columns`: a constant chunk is one value, ints
+    in the narrowest type that holds them, labels one byte a row), so a long run's records
+    cost a few bytes per value. ``frame()`` gives the same DataFrame as :func:`record_frame` of
+    the records (same columns, order and dtypes: int fields int64, float fields float64, bool
+    fields bool, the rest as pandas infers from a list). ``len()`` and ``clear()`` work as for
+    a list.
     """
 
     def __init__(self, record_type):
@@ -200,9 +206,15 @@ class RecordBuffer:
         self.clear()
 
     def clear(self) -> None:
+        #: Per field: its sealed chunks, oldest first.
+        self._sealed: list[list] = [[] for _ in self._codes]
+        self._open()
+        self._rows = 0
+
+    def _open(self) -> None:
         self._columns = [array(code) if code else [] for code in self._codes]
         self._appends = [column.append for column in self._columns]
-        self._rows = 0
+        self._open_rows = 0
 
     def __len__(self) -> int:
         return self._rows
@@ -211,17 +223,31 @@ class RecordBuffer:
         for append, value in zip(self._appends, self._get(record)):
             append(value)
         self._rows += 1
+        self._open_rows += 1
+        if self._open_rows == CHUNK_ROWS:
+            for sealed, code, column in zip(self._sealed, self._codes, self._columns):
+                sealed.append(seal(column, code))
+            self._open()
+
+    def nbytes(self) -> int:
+        """Bytes of the values held (sealed chunks and the open columns)."""
+        open_bytes = sum(column.itemsize * len(column) if code else 8 * len(column)
+                         for code, column in zip(self._codes, self._columns))
+        return open_bytes + sum(nbytes(chunk) for sealed in self._sealed for chunk in sealed)
 
     def frame(self) -> pd.DataFrame:
         if not self._rows:
             return record_frame([], self.record_type)   # the empty table as it always was
         data = {}
-        for name, code, column in zip(self.names, self._codes, self._columns):
-            if code == "b":
-                data[name] = np.frombuffer(column, dtype=np.int8).astype(bool)
-            elif code:
-                # A copy: the frame must not share memory with a buffer that may grow again.
-                data[name] = np.frombuffer(column, dtype=np.int64 if code == "q" else np.float64).copy()
+        for name, code, column, sealed in zip(self.names, self._codes, self._columns, self._sealed):
+            if code:
+                # concatenate copies: the frame must not share memory with a buffer that may
+                # grow again.
+                parts = [expand(chunk) for chunk in sealed]
+                parts.append(np.frombuffer(column, dtype=np.int8 if code == "b" else
+                                           np.int64 if code == "q" else np.float64))
+                values = np.concatenate(parts)
+                data[name] = values.astype(bool) if code == "b" else values
             else:
-                data[name] = column
+                data[name] = [label for chunk in sealed for label in expand(chunk)] + column if sealed else column
         return pd.DataFrame(data, columns=self.names)

@@ -123,9 +123,17 @@ def _rejected_by_reason(measured: pd.DataFrame) -> dict[str, int]:
     return {str(reason): int(count) for reason, count in sorted(rejected.reject_reason.value_counts().items())}
 
 
+def rows_where(frame: pd.DataFrame, mask) -> pd.DataFrame:
+    """``frame[mask]``, or ``frame`` itself when the mask keeps every row: a boolean selection
+    copies every column, and with no warm-up and no rejections the summaries' selections of a
+    long run's request table kept three copies of it alive at once. For reading only."""
+    mask = np.asarray(mask, dtype=bool)
+    return frame if mask.all() else frame[mask]
+
+
 def _summarize(requests: pd.DataFrame, warmup_s: float, end_s: float | None) -> dict:
-    measured = requests[requests.arrival_s >= warmup_s]
-    done = measured[~measured.rejected.astype(bool)]
+    measured = rows_where(requests, requests.arrival_s >= warmup_s)
+    done = rows_where(measured, ~measured.rejected.astype(bool))
     if end_s is None:
         finish = requests.finish_s.to_numpy(dtype=float)
         finish = finish[np.isfinite(finish)]

@@ -46,9 +46,14 @@ class TokenStream:
 
     ``keys`` (an ``array('q')``) may be shared (copied) from another stream: extending or
     rewriting this stream never changes the other one.
+
+    Copy on write: :meth:`full_block_keys` of the whole stream returns ``keys`` itself (an
+    agent's call takes its whole context), and the next append builds a new array instead of
+    extending that one. So a call and its agent's stream hold one array of keys between the
+    call and the agent's next append, not two; an array handed out is never modified.
     """
 
-    __slots__ = ("block_tokens", "tokens", "keys", "shared_blocks", "_alloc")
+    __slots__ = ("block_tokens", "tokens", "keys", "shared_blocks", "_alloc", "_handed_out")
 
     def __init__(self, block_tokens: int, alloc: KeyAllocator, prefix_keys: list[int], prefix_tokens: int,
                  shared_blocks: int | None = None):
@@ -57,12 +62,20 @@ class TokenStream:
         self.tokens = prefix_tokens
         self.keys = array("q", prefix_keys[: prefix_tokens // block_tokens])
         self.shared_blocks = len(self.keys) if shared_blocks is None else shared_blocks
+        #: Whether ``keys`` was handed out by :meth:`full_block_keys` (then never extended).
+        self._handed_out = False
         self._fill()
 
     def _fill(self) -> None:
         missing = self.tokens // self.block_tokens - len(self.keys)
         if missing > 0:
-            self._alloc.extend(self.keys, missing)
+            if self._handed_out:
+                fresh = array("q")
+                self._alloc.extend(fresh, missing)
+                self.keys = self.keys + fresh
+                self._handed_out = False
+            else:
+                self._alloc.extend(self.keys, missing)
 
     def append(self, tokens: int) -> None:
         """Append ``tokens`` new tokens (outputs, tool results, user text)."""
@@ -79,6 +92,7 @@ class TokenStream:
         shared_tokens = self.shared_blocks * self.block_tokens
         old_blocks = len(self.keys)
         self.keys = self.keys[: self.shared_blocks]
+        self._handed_out = False
         self.tokens = shared_tokens + max(0, int(keep_tokens))
         self._fill()
         return old_blocks - self.shared_blocks
@@ -90,6 +104,7 @@ class TokenStream:
         keep_blocks = offset_tokens // self.block_tokens
         old_blocks = len(self.keys)
         self.keys = self.keys[:keep_blocks]
+        self._handed_out = False
         self.tokens = max(offset_tokens, self.tokens - max(0, int(removed_tokens)))
         self._fill()
         return old_blocks - keep_blocks
@@ -100,8 +115,14 @@ class TokenStream:
         return child
 
     def full_block_keys(self, tokens: int) -> array:
-        """Keys of the full blocks within the first ``tokens`` tokens."""
-        return self.keys[: tokens // self.block_tokens]
+        """Keys of the full blocks within the first ``tokens`` tokens: an array the caller must
+        not modify (``keys`` itself when they are all of them; see the class docstring)."""
+        blocks = tokens // self.block_tokens
+        keys = self.keys
+        if blocks >= len(keys):
+            self._handed_out = True
+            return keys
+        return keys[:blocks]
 
 
 class SharedPrefixes:

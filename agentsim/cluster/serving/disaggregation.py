@@ -244,7 +244,7 @@ class DisaggregatedServing:
         """Place ``call``'s prefill leg (a copy with one output token) on a prefill worker."""
         leg = LLMRequest(request_id=call.request_id, session_id=call.session_id, agent_class=call.agent_class,
                          depth=call.depth, call_index=call.call_index, arrival_s=self.env.now,
-                         prompt_tokens=call.prompt_tokens, output_tokens=1, prompt_keys=call.prompt_keys,
+                         prompt_tokens=call.prompt_tokens, output_tokens=1, prompt_blocks=call.prompt_blocks,
                          total_keys=call.prompt_keys, done=self.env.event(), agent_id=call.agent_id)
         self.prefill_router.submit(leg)
         return leg

@@ -254,8 +254,8 @@ class ServingInstance:
         if admission is not None and not admission.caches_decode:
             # A1 "do not cache decode": only the prompt's blocks stay; the reservation of the
             # output blocks is returned by the commit.
-            keys = req.prompt_keys[state.cached_blocks:]
-            admission.rejected_blocks += len(req.total_keys) - len(req.prompt_keys)
+            keys = req.total_keys[state.cached_blocks:req.prompt_blocks]
+            admission.rejected_blocks += len(req.total_keys) - req.prompt_blocks
         else:
             keys = req.total_keys[state.cached_blocks:]
         node = self.cache.commit(state.node, keys, state.cached_blocks, state.reserved_blocks, now)
