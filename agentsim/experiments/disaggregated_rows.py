@@ -101,9 +101,17 @@ def row_pools(row: dict, clients: int) -> tuple[dict, dict]:
 
 def row_deployment(row: dict, clients: int) -> tuple[dict, dict, int | None]:
     """``(prefill pool, decode pool, MTP draft tokens or None)``: from the row's columns (no
-    MTP), else from its recipe."""
+    MTP; the decode workers' most sequences from the recipe of the same deployment when one
+    names it, :func:`~.disagg_recipes.recipe_decode_batch`), else from its recipe."""
     if pools_source(row) == "row":
-        return pool(row, "prefill"), pool(row, "decode"), None
+        prefill, decode = pool(row, "prefill"), pool(row, "decode")
+        from agentsim.experiments.disagg_recipes import recipe_decode_batch
+
+        # The column is the clients' share; the recipe gives the engine's cap, when one ran it.
+        batch = recipe_decode_batch(row, clients, prefill, decode)
+        if batch:
+            decode["max_num_seqs"] = batch
+        return prefill, decode, None
     from agentsim.experiments.disagg_recipes import RecipeError, recipe_pools
 
     try:
