@@ -58,8 +58,9 @@ def test_the_emulated_row_runs_disaggregated():
     done = result.tables["requests"].query("not rejected")
     assert len(done) >= 36 and result.summary["disaggregated"]
     assert set(done.instance) == {0, 1, 2, 3} and set(done.prefill_worker) == {0}
-    # 8192 fresh tokens per call, all of them handed over (no prefix is shared).
-    assert (done.kv_transfer_bytes == 8192 * result.scenario.model.kv_bytes_per_token).all()
+    # Fresh prompts of 6553-8192 tokens (InferenceX's lengths), all handed over (no prefix is shared).
+    assert done.prompt_tokens.between(6553, 8192).all() and done.prompt_tokens.nunique() > 1
+    assert (done.kv_transfer_bytes == done.prompt_tokens * result.scenario.model.kv_bytes_per_token).all()
 
 
 def test_rows_with_pools_take_the_decode_cap_of_the_recipe_that_ran_them():
@@ -190,16 +191,21 @@ def test_rows_no_recipe_emulates_are_skipped_with_the_reason():
 
 def test_inferencex_rows_are_measured_as_its_benchmark_runs():
     """sa-bench: lengths uniform over [0.8 x len, len], all 10 x clients prompts measured from
-    the first burst; the database dump's rows keep check-timing's default (one warm-up round)."""
-    from agentsim.experiments.disaggregated_rows import measured_rounds
+    the first burst, for the recipe rows and the database dump's rows (InferenceX's own runs);
+    the rows of aiconfigurator's eval harness keep their exact lengths."""
+    from agentsim.experiments.disaggregated_rows import measured_by_inferencex
 
-    assert measured_rounds(RECIPE_ROW) == (0, 10)
-    assert measured_rounds(ROW) is None
+    assert measured_by_inferencex(RECIPE_ROW) and measured_by_inferencex(ROW)
     client = disaggregated_row_scenario(RECIPE_ROW, aggregated)["workload"]["agent_classes"]["client"]
     assert client["initial_context_tokens"] == {"dist": "uniform", "low": 819, "high": 1024}
     assert client["output_tokens"] == {"dist": "uniform", "low": 819, "high": 1024}
     given = disaggregated_row_scenario(ROW, aggregated)["workload"]["agent_classes"]["client"]
-    assert given["initial_context_tokens"] == 8192
+    assert given["initial_context_tokens"] == {"dist": "uniform", "low": 6553, "high": 8192}
+    aic = {**ROW, "silicon_data_source": "source_file=/data/aic-auto-gap-analysis/data/h100_sxm/x.csv; "
+                                         "silicon_concurrency=36; measured=2026-01-23"}
+    assert not measured_by_inferencex(aic)
+    exact = disaggregated_row_scenario(aic, aggregated)["workload"]["agent_classes"]["client"]
+    assert exact["initial_context_tokens"] == 8192
 
 
 def test_an_inferencex_row_measures_its_ten_rounds_with_their_lengths():
@@ -213,7 +219,7 @@ def test_an_inferencex_row_measures_its_ten_rounds_with_their_lengths():
     assert result.measured_requests == 60          # 10 x 6 prompts, the first burst included
     assert result.predicted_ttft_ms > 0 and result.predicted_tpot_ms > 0
     dump = emulate_row({**ROW, "silicon_ttft_ms": 500.0, "silicon_tpot_ms": 8.0})
-    assert dump.pools == "row" and dump.measured_requests >= 2 * 36
+    assert dump.pools == "row" and dump.measured_requests == 10 * 36
 
 
 def test_entries_without_a_parallelism_are_not_deployments():
