@@ -57,8 +57,8 @@ _FIELD = {name: re.compile(rf"{name}=([^;]+)") for name in ("model", "measured",
 #: its own, then ``10 x concurrency`` prompts at once (``--request-rate inf
 #: --max-concurrency C``), every one of them in the reported means, the first burst included;
 #: prompt and output lengths uniform in ``[0.8 x isl, isl]`` and ``[0.8 x osl, osl]``
-#: (``--random-range-ratio 0.8``, SGLang's bench_serving semantics).
-SA_BENCH_ROUNDS = 10
+#: (``--random-range-ratio 0.8``, SGLang's bench_serving semantics). The ``10 x concurrency``
+#: is ``benchmark_clients.MEASURED_REQUESTS_PER_CLIENT``, which check-timing averages over.
 SA_BENCH_RANGE_RATIO = 0.8
 #: Why a row's pools are not rebuilt when its columns give a deployment's size, not a worker's.
 DEPLOYMENT_COLUMNS_REASON = ("prefill and decode columns give the deployment's GPUs (tp {tp} with attention_dp 1 "
