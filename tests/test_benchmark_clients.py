@@ -50,8 +50,6 @@ def test_the_measured_requests_are_the_first_ten_per_client_burst_included():
     # Until one more round has finished, an early request may still be running: not yet.
     assert _measured_requests(finished.iloc[: wanted + clients - 1], clients, INFERENCEX) is None
     assert len(_measured_requests(finished.iloc[:10], clients, INFERENCEX, partial=True)) == 10
-    # Disaggregated rows (no protocol): the warm-up round is left out.
-    assert _measured_requests(finished, clients, None)["request_id"].min() == clients
 
 
 def test_client_lengths_reach_the_simulated_requests():

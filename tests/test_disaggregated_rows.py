@@ -10,7 +10,7 @@ from agentsim.experiments.disaggregated_rows import DisaggRowError, concurrency,
 
 # A disaggregated row as measured_runs.csv spells it (dsr1_gb300_trtllm_fp8_disagg_8192x1024_c36_cfg392).
 ROW = {"id": "dsr1_gb300_trtllm_fp8_disagg_8192x1024_c36_cfg392", "backend": "trtllm", "system": "gb300",
-       "model_path": "deepseek-ai/DeepSeek-R1", "mode": "disagg", "isl": 8192, "osl": 1024,
+       "precision": "fp8", "model_path": "deepseek-ai/DeepSeek-R1", "mode": "disagg", "isl": 8192, "osl": 1024,
        "silicon_data_source": "db-dump/2026-04-27; config_id=392; silicon_concurrency=36; measured=2026-02-05",
        "batch_size": float("nan"), "tp_size": float("nan"),
        "prefill_batch_size": 1.0, "prefill_num_workers": 1.0, "prefill_tp_size": 1.0, "prefill_pp_size": 1.0,
@@ -44,7 +44,9 @@ def test_pools_come_from_the_prefill_and_decode_columns():
     pools = scenario.serving.disaggregation
     assert (pools.prefill.workers, pools.prefill.gpus_per_worker, pools.prefill.max_num_seqs) == (1, 4, 4)
     assert (pools.prefill.parallelism.attention_dp, pools.prefill.parallelism.moe_ep) == (4, 4)
-    assert (pools.decode.workers, pools.decode.gpus_per_worker, pools.decode.max_num_seqs) == (4, 8, 9)
+    # The row's decode_batch_size (9) is its 36 clients over 4 workers; the recipe that ran this
+    # deployment (ctx1_gen4_tep8_batch8_eplb0_mtp0.yaml) caps each decode worker at 8.
+    assert (pools.decode.workers, pools.decode.gpus_per_worker, pools.decode.max_num_seqs) == (4, 8, 8)
     assert (pools.decode.parallelism.tp, pools.decode.parallelism.moe_ep) == (8, 8)
     # The aggregated part is the prefill pool's deployment and the benchmark's 36 clients.
     assert scenario.hardware.gpus_per_instance == 4
@@ -56,8 +58,34 @@ def test_the_emulated_row_runs_disaggregated():
     done = result.tables["requests"].query("not rejected")
     assert len(done) >= 36 and result.summary["disaggregated"]
     assert set(done.instance) == {0, 1, 2, 3} and set(done.prefill_worker) == {0}
-    # 8192 fresh tokens per call, all of them handed over (no prefix is shared).
-    assert (done.kv_transfer_bytes == 8192 * result.scenario.model.kv_bytes_per_token).all()
+    # Fresh prompts of 6553-8192 tokens (InferenceX's lengths), all handed over (no prefix is shared).
+    assert done.prompt_tokens.between(6553, 8192).all() and done.prompt_tokens.nunique() > 1
+    assert (done.kv_transfer_bytes == done.prompt_tokens * result.scenario.model.kv_bytes_per_token).all()
+
+
+def test_rows_with_pools_take_the_decode_cap_of_the_recipe_that_ran_them():
+    """cfg388 (GB200, 1 prefill worker of DEP4, 4 decode workers of TEP8): the database dump
+    writes decode_batch_size = clients / 4, but the recipe's decode workers run at most 32
+    sequences (``ctx1_gen4_tep8_batch32_eplb0_mtp0.yaml``), so 192 clients get 128 slots and
+    the rest wait for one, as the measured 4.8 s TTFT (311 ms at 96 clients) shows."""
+    from agentsim.experiments.disagg_recipes import recipe_decode_batch
+    from agentsim.experiments.disaggregated_rows import pool, row_deployment
+
+    cfg388 = {**ROW, "id": "dsr1_gb200_trtllm_fp4_disagg_1024x1024_c192_cfg388", "system": "gb200",
+              "model_path": "deepseek-ai/DeepSeek-V3", "precision": "fp4", "isl": 1024, "osl": 1024,
+              "silicon_data_source": "db-dump/2026-04-27; config_id=388; silicon_concurrency=192; "
+                                     "measured=2026-02-05T00:00:00.000Z", "decode_batch_size": 48.0}
+    assert pool(cfg388, "decode")["max_num_seqs"] == 48
+    assert row_deployment(cfg388, 192)[1]["max_num_seqs"] == 32
+    # At 48 clients both a recipe with MTP (batch 8) and one without (batch 32) ran this
+    # deployment; the one without is taken, as for the rows built from recipes.
+    at48 = {**cfg388, "silicon_data_source": cfg388["silicon_data_source"].replace("=192", "=48"),
+            "decode_batch_size": 12.0}
+    assert recipe_decode_batch(at48, 48, pool(at48, "prefill"), pool(at48, "decode")) == 32
+    # A deployment no recipe ran keeps the row's column.
+    other = {**cfg388, "decode_num_workers": 3.0, "decode_batch_size": 64.0}
+    assert recipe_decode_batch(other, 192, pool(other, "prefill"), pool(other, "decode")) is None
+    assert row_deployment(other, 192)[1]["max_num_seqs"] == 64
 
 
 def test_concurrency_falls_back_to_decode_slots():
@@ -163,16 +191,21 @@ def test_rows_no_recipe_emulates_are_skipped_with_the_reason():
 
 def test_inferencex_rows_are_measured_as_its_benchmark_runs():
     """sa-bench: lengths uniform over [0.8 x len, len], all 10 x clients prompts measured from
-    the first burst; the database dump's rows keep check-timing's default (one warm-up round)."""
-    from agentsim.experiments.disaggregated_rows import measured_rounds
+    the first burst, for the recipe rows and the database dump's rows (InferenceX's own runs);
+    the rows of aiconfigurator's eval harness keep their exact lengths."""
+    from agentsim.experiments.disaggregated_rows import measured_by_inferencex
 
-    assert measured_rounds(RECIPE_ROW) == (0, 10)
-    assert measured_rounds(ROW) is None
+    assert measured_by_inferencex(RECIPE_ROW) and measured_by_inferencex(ROW)
     client = disaggregated_row_scenario(RECIPE_ROW, aggregated)["workload"]["agent_classes"]["client"]
     assert client["initial_context_tokens"] == {"dist": "uniform", "low": 819, "high": 1024}
     assert client["output_tokens"] == {"dist": "uniform", "low": 819, "high": 1024}
     given = disaggregated_row_scenario(ROW, aggregated)["workload"]["agent_classes"]["client"]
-    assert given["initial_context_tokens"] == 8192
+    assert given["initial_context_tokens"] == {"dist": "uniform", "low": 6553, "high": 8192}
+    aic = {**ROW, "silicon_data_source": "source_file=/data/aic-auto-gap-analysis/data/h100_sxm/x.csv; "
+                                         "silicon_concurrency=36; measured=2026-01-23"}
+    assert not measured_by_inferencex(aic)
+    exact = disaggregated_row_scenario(aic, aggregated)["workload"]["agent_classes"]["client"]
+    assert exact["initial_context_tokens"] == 8192
 
 
 def test_an_inferencex_row_measures_its_ten_rounds_with_their_lengths():
@@ -186,7 +219,7 @@ def test_an_inferencex_row_measures_its_ten_rounds_with_their_lengths():
     assert result.measured_requests == 60          # 10 x 6 prompts, the first burst included
     assert result.predicted_ttft_ms > 0 and result.predicted_tpot_ms > 0
     dump = emulate_row({**ROW, "silicon_ttft_ms": 500.0, "silicon_tpot_ms": 8.0})
-    assert dump.pools == "row" and dump.measured_requests >= 2 * 36
+    assert dump.pools == "row" and dump.measured_requests == 10 * 36
 
 
 def test_entries_without_a_parallelism_are_not_deployments():

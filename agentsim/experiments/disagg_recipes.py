@@ -27,6 +27,13 @@ A pool's worker is ``tp`` GPUs; with ``dp-attn`` its attention runs ``tp`` data-
 one, else the clients spread evenly over the decode workers (every client holds a slot, as the
 benchmark's concurrency is chosen to fit). That assumption is what a row's TPOT tests: the
 decode step time at that batch is what TPOT measures.
+
+The rows of the database dump give their pools (worker counts, parallelism) but their
+``decode_batch_size`` is the clients spread over the decode workers, not the engine's
+``max_batch_size``: :func:`recipe_decode_batch` finds the recipe entry of the same deployment at
+the row's concurrency, whose ``batchN`` is the cap the decode workers ran with. Where it is
+below the clients' share the excess clients wait for a decode slot, which the benchmark counts
+in TTFT (cfg388, 192 clients on 4 decode workers of ``batch32``: 128 slots).
 """
 
 from __future__ import annotations
@@ -50,8 +57,8 @@ _FIELD = {name: re.compile(rf"{name}=([^;]+)") for name in ("model", "measured",
 #: its own, then ``10 x concurrency`` prompts at once (``--request-rate inf
 #: --max-concurrency C``), every one of them in the reported means, the first burst included;
 #: prompt and output lengths uniform in ``[0.8 x isl, isl]`` and ``[0.8 x osl, osl]``
-#: (``--random-range-ratio 0.8``, SGLang's bench_serving semantics).
-SA_BENCH_ROUNDS = 10
+#: (``--random-range-ratio 0.8``, SGLang's bench_serving semantics). The ``10 x concurrency``
+#: is ``benchmark_clients.MEASURED_REQUESTS_PER_CLIENT``, which check-timing averages over.
 SA_BENCH_RANGE_RATIO = 0.8
 #: Why a row's pools are not rebuilt when its columns give a deployment's size, not a worker's.
 DEPLOYMENT_COLUMNS_REASON = ("prefill and decode columns give the deployment's GPUs (tp {tp} with attention_dp 1 "
@@ -61,6 +68,13 @@ DEPLOYMENT_COLUMNS_REASON = ("prefill and decode columns give the deployment's G
 #: The columns that make one deployment (two recipe rows with these equal deploy the same).
 _DEPLOYMENT = ("prefill_workers", "prefill_tp", "prefill_ep", "prefill_dp_attn", "decode_workers", "decode_tp",
                "decode_ep", "decode_dp_attn", "decode_batch")
+
+
+#: ``model_path`` of the database dump's rows -> the recipes' ``model`` (the dump writes
+#: DeepSeek-V3's path for InferenceX's ``dsr1`` runs, the same architecture).
+_DUMP_MODELS = {"deepseek-ai/DeepSeek-V3": "DeepSeek-R1", "deepseek-ai/DeepSeek-R1": "DeepSeek-R1",
+                "deepseek-ai/DeepSeek-R1-0528": "DeepSeek-R1", "moonshotai/Kimi-K2.5": "Kimi-K2.5",
+                "openai/gpt-oss-120b": "GPT-OSS-120B"}
 
 
 _MTP_DEPTH = re.compile(r"mtp(\d+)")
@@ -149,9 +163,7 @@ def recipe_pools(row: dict, clients: int) -> tuple[dict, dict, dict]:
     # Only MTP entries fit: the row ran with MTP and is emulated so (serving.speculative_decoding).
     candidates = plain if not plain.empty else found
     # The version in force when the row was measured, else the first one after it.
-    before = candidates[candidates["date"] <= measured] if measured else candidates.iloc[0:0]
-    commit = before.iloc[-1]["commit"] if not before.empty else candidates.iloc[0]["commit"]
-    in_force = candidates[candidates["commit"] == commit].drop_duplicates(list(_DEPLOYMENT))
+    in_force = _in_force(candidates, measured).drop_duplicates(list(_DEPLOYMENT))
     # Several deployments of one version (or one with MTP) fit what the row says: the first is
     # taken, and the row is reported as ambiguous.
     ambiguous = len(in_force) > 1 or len(candidates) < len(found)
@@ -168,3 +180,35 @@ def recipe_pools(row: dict, clients: int) -> tuple[dict, dict, dict]:
             "ambiguous": ambiguous, "decode_batch_from": "recipe" if batch else "clients / decode workers",
             "draft_tokens": draft_tokens(chosen["recipe"]) if chosen["spec_decoding"] != "none" else None}
     return prefill, decode, info
+
+
+def _in_force(candidates: pd.DataFrame, measured: str) -> pd.DataFrame:
+    """The entries of the version in force on ``measured`` (a date), else of the first after it."""
+    before = candidates[candidates["date"] <= measured] if measured else candidates.iloc[0:0]
+    commit = before.iloc[-1]["commit"] if not before.empty else candidates.iloc[0]["commit"]
+    return candidates[candidates["commit"] == commit]
+
+
+def recipe_decode_batch(row: dict, clients: int, prefill: dict, decode: dict) -> int | None:
+    """The most sequences per decode worker (TensorRT-LLM's ``max_batch_size`` x attention-DP
+    ranks) of the recipe that ran ``row``'s deployment at its concurrency, for a row that gives
+    its pools (``prefill``/``decode``: the pools its columns build); None when no recipe entry
+    of that deployment names a batch. Entries without MTP are preferred (the pools' TPOT shows
+    no MTP), then the version in force on the row's ``measured=`` date."""
+    model = _DUMP_MODELS.get(str(row.get("model_path")).strip()) or _field(row, "model")
+    found = recipes()
+    key = {"system": str(row.get("system")).strip(), "backend": str(row.get("backend")).strip(), "model": model,
+           "precision": str(row.get("precision")).strip(), "isl": _number(row.get("isl")),
+           "osl": _number(row.get("osl")), "concurrency": clients}
+    for role, pool in (("prefill", prefill), ("decode", decode)):
+        ranks = pool["parallelism"].get("attention_dp", 1)
+        key.update({f"{role}_workers": pool["workers"], f"{role}_tp": pool["gpus_per_worker"],
+                    f"{role}_dp_attn": ranks > 1})
+    for column, value in key.items():
+        found = found[found[column] == value]
+    found = found[found["decode_batch"].notna()]
+    if found.empty:
+        return None
+    plain = found[found["spec_decoding"] == "none"]
+    chosen = _in_force(plain if not plain.empty else found, (_field(row, "measured") or "")[:10]).iloc[0]
+    return int(chosen["decode_batch"]) * decode["parallelism"].get("attention_dp", 1)

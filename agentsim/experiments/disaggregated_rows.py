@@ -101,9 +101,17 @@ def row_pools(row: dict, clients: int) -> tuple[dict, dict]:
 
 def row_deployment(row: dict, clients: int) -> tuple[dict, dict, int | None]:
     """``(prefill pool, decode pool, MTP draft tokens or None)``: from the row's columns (no
-    MTP), else from its recipe."""
+    MTP; the decode workers' most sequences from the recipe of the same deployment when one
+    names it, :func:`~.disagg_recipes.recipe_decode_batch`), else from its recipe."""
     if pools_source(row) == "row":
-        return pool(row, "prefill"), pool(row, "decode"), None
+        prefill, decode = pool(row, "prefill"), pool(row, "decode")
+        from agentsim.experiments.disagg_recipes import recipe_decode_batch
+
+        # The column is the clients' share; the recipe gives the engine's cap, when one ran it.
+        batch = recipe_decode_batch(row, clients, prefill, decode)
+        if batch:
+            decode["max_num_seqs"] = batch
+        return prefill, decode, None
     from agentsim.experiments.disagg_recipes import RecipeError, recipe_pools
 
     try:
@@ -114,16 +122,16 @@ def row_deployment(row: dict, clients: int) -> tuple[dict, dict, int | None]:
     return prefill, decode, info["draft_tokens"]
 
 
-def measured_rounds(row: dict) -> tuple[int, int] | None:
-    """``(warm-up rounds, measured rounds)`` of the benchmark that measured ``row`` when it is
-    known: InferenceX's (the rows whose pools come from its recipes) measures all of its
-    ``10 x concurrency`` prompts from the first burst on; None for the others (check-timing's
-    default: one warm-up round per client, the rounds after it measured)."""
-    from agentsim.experiments.disagg_recipes import SA_BENCH_ROUNDS
+def measured_by_inferencex(row: dict) -> bool:
+    """Whether InferenceX's benchmark (srt-slurm's sa-bench) measured disaggregated ``row``: every
+    row but those of aiconfigurator's eval harness (:func:`~.benchmark_clients.client_protocol`),
+    i.e. the recipe rows and the database dump's rows (InferenceX's own runs, by config and
+    workflow id). sa-bench draws lengths uniformly from ``[0.8 x len, len]`` and measures all of
+    its ``10 x concurrency`` prompts from the first burst on; the eval harness uses exact lengths
+    and measures its ``10 x concurrency`` after a warm-up of its own."""
+    from agentsim.experiments.benchmark_clients import INFERENCEX, client_protocol
 
-    if str(row.get("mode")).strip() == "disagg" and pools_source(row) == "recipe":
-        return 0, SA_BENCH_ROUNDS
-    return None
+    return str(row.get("mode")).strip() == "disagg" and client_protocol(row) is INFERENCEX
 
 
 def _sa_bench_lengths(data: dict, row: dict) -> dict:
@@ -152,7 +160,7 @@ def disaggregated_row_scenario(row: dict, aggregated_scenario: Callable[[dict], 
     data = {**data, "workload": {**data["workload"], "agent_classes": {
         name: {**cls, "arrival": {**cls["arrival"], "concurrent": clients}}
         for name, cls in data["workload"]["agent_classes"].items()}}}
-    if pools_source(row) == "recipe":
+    if measured_by_inferencex(row):
         data = _sa_bench_lengths(data, row)
     serving = dict(data["serving"])
     serving["max_num_seqs"] = clients

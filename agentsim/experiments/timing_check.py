@@ -8,8 +8,8 @@ requests, the initial burst included, the means the client reports. An Inference
 server gets its recipe's scheduling flags (:mod:`.benchmark_recipes`). With
 ``client_lengths=True`` every request's lengths are drawn as the row's client drew them
 (uniformly from ``[0.8 L, L]`` for InferenceX rows); not the default, see docs/validation.md.
-Disaggregated rows keep the older rule: every client's first request taken as warm-up, the
-next :data:`MEASURED_ROUNDS` rounds measured.
+Disaggregated rows are averaged the same way; InferenceX's ones always with its lengths (their
+builder draws them, :func:`.disaggregated_rows.measured_by_inferencex`).
 
 The error of a prediction is the factor ``exp(|log(predicted / measured)|)`` (1 = exact, 2 =
 off by 2x either way); :func:`summarize` gives its median and p90 over all emulated rows and
@@ -31,15 +31,13 @@ from agentsim.engine.loading import scenario_from_dict
 from agentsim.engine.simulation import run_scenario
 from agentsim.errors import InputError
 from agentsim.config.disaggregation import pool_scenario
-from agentsim.experiments.benchmark_clients import INFERENCEX, ClientProtocol, client_protocol, length_spec
+from agentsim.experiments.benchmark_clients import ClientProtocol, client_protocol, length_spec
 from agentsim.experiments.benchmark_recipes import recipe_serving
 from agentsim.experiments.benchmark_rows import RowSkipped, row_scenario
-from agentsim.experiments.disaggregated_rows import measured_rounds, pools_description
+from agentsim.experiments.disaggregated_rows import pools_description
 from agentsim.hardware.timing.memory import engine_kv_capacity_tokens
 from agentsim.hardware.timing.select import build_timer, deployment_of
 
-#: Rounds of requests measured after the warm-up round (per client; disaggregated rows).
-MEASURED_ROUNDS = 2
 #: Times the simulated duration is doubled when too few requests finished in it.
 _EXTENSIONS = 3
 
@@ -129,22 +127,16 @@ def _with_client_lengths(data: dict, protocol: ClientProtocol, isl: int, osl: in
     return {**data, "workload": {**data["workload"], "agent_classes": agent_classes}}
 
 
-def _measured_requests(finished: pd.DataFrame, clients: int, protocol: ClientProtocol | None,
+def _measured_requests(finished: pd.DataFrame, clients: int, protocol: ClientProtocol,
                        partial: bool = False) -> pd.DataFrame | None:
-    """The requests the benchmark averages; None while too few have finished (unless
-    ``partial``: then those there are).
-
-    With a client ``protocol``: the first ``measured_per_client * clients`` requests by arrival,
-    once one more round has finished (each client has at most one request in flight, so every
-    earlier one has ended). Without: the :data:`MEASURED_ROUNDS` rounds after the warm-up one."""
+    """The requests the benchmark averages: the first ``measured_per_client * clients`` by
+    arrival, once one more round has finished (each client has at most one request in flight, so
+    every earlier one has ended); None while too few have (unless ``partial``: then those there
+    are)."""
     finished = finished.sort_values(["arrival_s", "request_id"])
-    if protocol is None:
-        measured = finished.iloc[clients:]  # the first request of every client is warm-up
-        complete = len(measured) >= clients * MEASURED_ROUNDS
-    else:
-        wanted = protocol.measured_per_client * clients
-        measured = finished.iloc[:wanted]
-        complete = len(finished) >= wanted + clients
+    wanted = protocol.measured_per_client * clients
+    measured = finished.iloc[:wanted]
+    complete = len(finished) >= wanted + clients
     return measured if complete or partial else None
 
 
@@ -171,16 +163,12 @@ def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: b
         result.skipped = f"more than {max_clients} clients ({clients}; --max-clients)"
         return result
     isl, osl = int(row["isl"]), int(row["osl"])
-    # Rows are averaged as their benchmark client averaged them: aggregated rows by their
-    # harness; disaggregated rows whose pools come from an InferenceX recipe by InferenceX's
-    # (their lengths are drawn by the disaggregated builder already).
-    if str(row["mode"]).strip() == "agg":
-        protocol = client_protocol(row)
-    else:
-        protocol = INFERENCEX if measured_rounds(row) is not None else None
-    if protocol is not None and client_lengths and str(row["mode"]).strip() == "agg":
+    # Rows are averaged as their benchmark client averaged them (the harness that measured
+    # them); a disaggregated InferenceX row's lengths are drawn by its builder already.
+    protocol = client_protocol(row)
+    if client_lengths and str(row["mode"]).strip() == "agg":
         data = _with_client_lengths(data, protocol, isl, osl)
-    if protocol is not None and str(row["mode"]).strip() == "agg":
+    if str(row["mode"]).strip() == "agg":
         # The scheduling flags the benchmark's recipe launched the server with.
         serving = data["serving"]
         recipe = recipe_serving(row, serving["max_num_seqs"], serving["parallelism"]["tp"])
@@ -202,7 +190,7 @@ def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: b
     clients = scenario.workload.agent_classes["client"].arrival.concurrent
     round_s = _round_estimate_s(timer, clients, isl, osl, scenario.serving.batch_requests(),
                                 scenario.serving.instance_batch_tokens())
-    rounds = 1 + (MEASURED_ROUNDS if protocol is None else protocol.measured_per_client)
+    rounds = 1 + protocol.measured_per_client
     duration_s = max(round_s, 1e-3) * rounds * 1.1
     for extension in range(_EXTENSIONS + 1):
         data = {**data, "duration_s": duration_s}
