@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from agentsim.experiments.benchmark_rows import (DISAGG_REASON, RowSkipped, base_model, model_profile, read_rows,
-                                                 row_scenario, timing_model)
+from agentsim.experiments.benchmark_rows import (DISAGG_REASON, RowSkipped, base_model, launched_parallelism,
+                                                 model_profile, read_rows, row_scenario, timing_model)
 from agentsim.experiments.timing_check import emulate_row, error_factor, stratified_sample, summarize
 from tests.conftest import ROOT, run_cli
 
@@ -59,6 +59,27 @@ def test_row_scenario_is_the_benchmark():
     assert client["calls_per_session"] == 1 and client["tools_prefix_tokens"] == 0  # no prefix reuse
     assert data["serving"]["engine"] == row["backend"]
     assert data["serving"]["parallelism"]["tp"] == int(row["tp_size"])
+
+
+def test_rows_that_multiplied_the_expert_width_into_the_gpus_get_the_deployment_launched():
+    """InferenceX's TP8/EP8 written as ``tp 64``, DEP8 as ``attention_dp 64``, TP4/EP4 with
+    attention DP as ``tp 4, attention_dp 4, ep 16``: the emulated deployment is the launched one
+    (8 or 4 GPUs, experts over all of them), the clients stay the row's concurrency."""
+    cases = {(64, 1, 8): (8, 1, 8), (16, 1, 4): (4, 1, 4), (1, 64, 8): (1, 8, 8), (1, 16, 4): (1, 4, 4),
+             (4, 4, 16): (1, 4, 4), (2, 2, 4): (1, 2, 2), (1, 4, 2): (1, 2, 2)}
+    for (tp, dp, ep), (want_tp, want_dp, want_ep) in cases.items():
+        data = row_scenario(_row(model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm", tp_size=tp,
+                                 attention_dp_size=dp, moe_ep_size=ep, moe_tp_size=1, batch_size=4))
+        par = data["serving"]["parallelism"]
+        assert (par["tp"], par["attention_dp"], par["moe_ep"], par["moe_tp"]) == (want_tp, want_dp, want_ep, 1)
+        assert data["hardware"]["gpus_per_instance"] == want_tp * want_dp
+        assert data["workload"]["agent_classes"]["client"]["arrival"]["concurrent"] == 4 * dp
+    # Columns that describe a deployment as it is stay as they are.
+    for columns in ((8, 1, 8), (1, 8, 8), (1, 4, 4), (4, 1, 4), (2, 1, 2), (8, 1, 1), (72, 1, 1), (8, 1, None)):
+        assert launched_parallelism(*columns) is None
+    data = row_scenario(_row(model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm", tp_size=8,
+                             attention_dp_size=1, moe_ep_size=8, moe_tp_size=1))
+    assert data["hardware"]["gpus_per_instance"] == 8 and data["serving"]["parallelism"]["tp"] == 8
 
 
 def test_stratified_sample_is_deterministic_and_covers_the_strata():

@@ -10,8 +10,8 @@ from agentsim.engine.loading import scenario_from_dict
 from agentsim.hardware.timing import select
 from agentsim.hardware.timing.deployment import Deployment
 from agentsim.hardware.timing.precision_fallback import nearest_precision
-from agentsim.hardware.timing.tables import (_implausible, _non_decreasing_in_batch, build_tables, compile_engine,
-                                             load_or_build)
+from agentsim.hardware.timing.tables import (_count_ops, _implausible, _non_decreasing_in_batch, build_tables,
+                                             compile_engine, load_or_build)
 from agentsim.hardware.timing.tabulated import TabulatedTimer
 
 LLAMA_8B = Deployment(model="meta-llama/Meta-Llama-3.1-8B", system="h200_sxm", backend="vllm", tp=1,
@@ -67,6 +67,29 @@ def test_a_covered_model_gets_measured_timing(cache):
     timer, choice = select.build_timer(_scenario())
     assert choice.source == "measured" and "h200_sxm/vllm" in choice.reason
     assert timer.iteration_s(((1024, 0),), 0, 0.0) > timer.iteration_s((), 1, 1024)
+
+
+def test_operations_of_the_same_name_are_told_apart_when_probing_for_context(cache):
+    """gpt-oss has two ``context_attention`` operations (sliding-window and full layers); the
+    engine merges same-named operations in the answer to a list, so the context probe asks one
+    operation at a time (a list probe failed with an IndexError and fell back to the roofline)."""
+    gpt_oss = Deployment(model="openai/gpt-oss-120b", system="h200_sxm", backend="vllm", tp=2, moe_tp=2, moe_ep=1,
+                         gemm_quant="bfloat16", moe_quant="w4a16_mxfp4", max_num_tokens=2048, max_num_seqs=8,
+                         max_context_tokens=4096)
+    tables = build_tables(gpt_oss)
+    engine = compile_engine(gpt_oss)._engine
+    # The full-attention operation grows with the prefix and is the chunk table; the
+    # sliding-window one (128 tokens) does not, so it is timed with the non-attention part.
+    operations = range(_count_ops(lambda i: engine.evaluate_context_ops([i], 1, 1, 0, 1.0, None)))
+    attention = [i for i in operations
+                 if engine.evaluate_context_ops([i], 1, 1024, 0, 1.0, None)[0][0] == "context_attention"]
+    assert len(attention) == 2
+    at_4k = [engine.evaluate_context_ops([i], 1, 1024, 4096, 1.0, None)[0][1] * 1e-3 for i in attention]
+    at_16k = [engine.evaluate_context_ops([i], 1, 1024, 16384, 1.0, None)[0][1] * 1e-3 for i in attention]
+    full = max(range(2), key=lambda k: at_16k[k] / at_4k[k])
+    assert at_16k[full] > 2 * at_4k[full] and at_16k[1 - full] < 1.05 * at_4k[1 - full]
+    chunk_s = tables.chunk_attention_s[tables.news.index(1024)][tables.contexts.index(4096)]
+    assert chunk_s == pytest.approx(at_4k[full], rel=1e-9)
 
 
 def test_missing_fp8_attention_data_is_timed_with_bfloat16_kernels():

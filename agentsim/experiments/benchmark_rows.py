@@ -163,6 +163,34 @@ def _quant(value) -> str | None:
     return str(value).strip()
 
 
+def launched_parallelism(tp: int, attention_dp: int, moe_ep: int | None) -> tuple[int, int, int] | None:
+    """``(tp, attention_dp, moe_ep)`` of the deployment a row with these columns launched, when
+    the columns multiplied the expert-parallel width into the GPU count; None when they describe
+    it as they are.
+
+    InferenceX configures an aggregated deployment by its GPU count ``G`` (its ``tp``), its
+    expert-parallel width (``ep``, experts over all ``G`` GPUs) and whether attention runs
+    data-parallel. Some of the exported rows of ``measured_runs.csv`` write ``G * ep`` GPUs
+    instead of ``G``: TP8/EP8 as ``tp 64, ep 8``, DEP8 as ``attention_dp 64, ep 8``, TP4/EP4
+    with attention DP as ``tp 4, attention_dp 4, ep 16`` (the rows whose ids carry the
+    configuration, ``..._tp8_ep8_...``, say which: the 153 of them written so match a rule
+    below and give the id's GPU count and expert width; the rules leave the other 1,473 alone).
+    Two signatures, each impossible as a deployment of one 8-GPU node or inconsistent with its
+    own expert split: ``tp * attention_dp == ep**2`` (``G = ep``) and ``tp == attention_dp``
+    with ``ep == tp * attention_dp`` (``G = tp``). The deployment is then ``G`` GPUs with
+    experts over all of them: attention DP over ``G`` ranks of TP 1 when the row has attention
+    DP, else TP ``G``."""
+    if not moe_ep or moe_ep <= 1:
+        return None
+    if tp * attention_dp == moe_ep * moe_ep:
+        gpus = moe_ep
+    elif tp == attention_dp > 1 and moe_ep == tp * attention_dp:
+        gpus = tp
+    else:
+        return None
+    return (1, gpus, gpus) if attention_dp > 1 else (gpus, 1, gpus)
+
+
 def row_scenario(row: dict) -> dict:
     """The scenario mapping that emulates ``row`` (raises RowSkipped); the caller sets
     ``duration_s`` and the engine's KV capacity."""
@@ -187,6 +215,10 @@ def row_scenario(row: dict) -> dict:
     # ``batch_size`` is per attention-data-parallel rank (the benchmark's concurrency, given in
     # ``silicon_data_source``, is ``batch_size * attention_dp_size`` on every such row).
     clients, isl, osl = _int(row["batch_size"]) * dp, _int(row["isl"]), _int(row["osl"])
+    moe_ep = _int(row.get("moe_ep_size"))
+    launched = launched_parallelism(tp, dp, moe_ep)
+    if launched is not None:
+        tp, dp, moe_ep = launched
     if clients > MAX_CLIENTS or isl + osl > MAX_REQUEST_TOKENS:
         raise RowSkipped(f"{clients:,} clients of {isl:,} + {osl:,} tokens is beyond what check-timing emulates "
                          f"(at most {MAX_CLIENTS:,} clients and {MAX_REQUEST_TOKENS:,} tokens per request)")
@@ -197,6 +229,8 @@ def row_scenario(row: dict) -> dict:
     parallelism = {"tp": tp, "pp": pp, "attention_dp": dp}
     for column, key in (("moe_tp_size", "moe_tp"), ("moe_ep_size", "moe_ep")):
         value = _int(row.get(column))
+        if launched is not None:
+            value = moe_ep if key == "moe_ep" else 1   # experts spread over every GPU, as launched
         if value:  # empty or 0: the default split
             parallelism[key] = value
     precision = {k: v for k, v in (("weights", gemm), ("moe", moe)) if v is not None}

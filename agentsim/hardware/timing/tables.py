@@ -140,10 +140,13 @@ def build_tables(deployment: Deployment) -> StepTables:
         n_ctx = _count_ops(lambda i: engine.evaluate_context_ops([i], 1, 1, 0, 1.0, None))
         n_gen = _count_ops(lambda i: engine.evaluate_generation_ops([i], 1, 1, 1.0, 0, None))
         ctx_ops, gen_ops = list(range(n_ctx)), list(range(n_gen))
-        ctx_dep = _context_dependent(engine.evaluate_context_ops(ctx_ops, 1, 1024, 0, 1.0, None),
-                                     engine.evaluate_context_ops(ctx_ops, 1, 1024, 16384, 1.0, None))
-        gen_dep = _context_dependent(engine.evaluate_generation_ops(gen_ops, 8, 1024, 1.0, 0, None),
-                                     engine.evaluate_generation_ops(gen_ops, 8, 16384, 1.0, 0, None))
+        # One operation per query: the engine merges operations of the same name in its answer
+        # (gpt-oss has two ``context_attention``, its sliding-window and full layers), so the
+        # answer to a list does not line up with the list.
+        ctx_dep = [_context_dependent(engine.evaluate_context_ops([i], 1, 1024, 0, 1.0, None),
+                                      engine.evaluate_context_ops([i], 1, 1024, 16384, 1.0, None))[0] for i in ctx_ops]
+        gen_dep = [_context_dependent(engine.evaluate_generation_ops([i], 8, 1024, 1.0, 0, None),
+                                      engine.evaluate_generation_ops([i], 8, 16384, 1.0, 0, None))[0] for i in gen_ops]
         attn_ctx = [i for i in ctx_ops if ctx_dep[i]]
         rest_ctx = [i for i in ctx_ops if not ctx_dep[i]]
         attn_gen = [i for i in gen_ops if gen_dep[i]]
