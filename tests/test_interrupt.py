@@ -26,13 +26,21 @@ from tests.conftest import ROOT, run_cli
 HANG_GUARD_S = 1800.0
 
 
+def _as_a_foreground_job() -> None:
+    """In the child before exec: SIGINT at its default, as a shell leaves it for a foreground
+    command. A background job of a non-interactive shell inherits SIGINT ignored (POSIX), and
+    Python keeps it ignored, so without this the tests would depend on how pytest was started."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_on_terminal(args: list[str]) -> tuple[subprocess.Popen, int]:
     """Start ``agentsim ARGS`` with stderr on a pseudo-terminal, as from a shell: the run then
     shows its progress bar there. Returns the process and the terminal's reading end."""
     master, slave = pty.openpty()
     env = {**os.environ, "COLUMNS": "160", "TERM": "xterm"}
     process = subprocess.Popen([sys.executable, "-m", "agentsim.cli", *args], cwd=ROOT, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=slave, text=True, start_new_session=True, env=env)
+                               stdout=subprocess.PIPE, stderr=slave, text=True, start_new_session=True, env=env,
+                               preexec_fn=_as_a_foreground_job)
     os.close(slave)
     return process, master
 
@@ -181,7 +189,8 @@ axes:
     out = tmp_path / "out"
     process = subprocess.Popen([sys.executable, "-m", "agentsim.cli", "sweep", str(sweep), "--out", str(out),
                                 *executor, "-q"], cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               preexec_fn=_as_a_foreground_job)
     try:
         # Ready once two runs are written, however long a loaded machine takes to get there
         # (starting a TLS Dask cluster included); the guard only stops a hang.
