@@ -70,11 +70,9 @@ class TieredCache(RunMerging, TierStaging):
         self.merged_nodes = 0
         #: KV events (``cluster/kv_events.py``): told of blocks entering and leaving the tree.
         self.kv_listener = None
-        #: Blocks of the HBM-resident nodes that a pin holds (``lock_ref > 0``), kept as pins,
-        #: HBM residency and pinned runs change (:meth:`pinned_blocks`; engine-style admission
-        #: asks every scheduling pass, and walking the pinned subtree each time cost a rack
-        #: 30-70 us per request). Splits keep it (both parts keep the pin and the residency);
-        #: merges join unpinned runs only.
+        #: Blocks of pinned HBM-resident nodes, kept by pin, unpin, commit, _enter and _leave
+        #: (engine-style admission asks every pass; a walk cost a rack 30-70 us per request).
+        #: Splits keep both parts' pins and residency; merges join unpinned runs only.
         self.pinned_hbm_blocks = 0
 
     # --- HBM-compatible attributes ---------------------------------------------------------
