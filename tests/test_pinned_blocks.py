@@ -1,5 +1,7 @@
-"""``pinned_blocks`` walks only the pinned subtree; it must equal the sum over the whole tree on
-every call engine-style admission makes (plain and tiered caches, real runs)."""
+"""``pinned_blocks`` (a walk of the pinned subtree for a plain cache, a count kept by every pin,
+unpin, commit and HBM entry or exit for a tiered one) must equal the sum over the whole tree on
+every call engine-style admission makes (plain and tiered caches, real runs: loads, prefetches,
+tool-gap demotions and swap preemption included)."""
 
 import pytest
 
@@ -19,6 +21,9 @@ def _whole_tree(cache) -> int:
 @pytest.mark.parametrize("scenario, overrides", [
     ("gb300-nvl72-tiers.yaml", ["duration_s=3m", "workload.agent_classes.coding.arrival.concurrent=60",
                                 "hardware.instances=2"]),
+    ("gb300-nvl72-tiers.yaml", ["duration_s=3m", "workload.agent_classes.coding.arrival.concurrent=60",
+                                "hardware.instances=2", "cache.tiers.prefetch.policy=wait_complete",
+                                "cache.tiers.on_tool_call=demote", "cache.tiers.prefetch_before_return=true"]),
     ("coding-agents.yaml", ["duration_s=5m", "serving.engine=sglang"]),
 ])
 def test_pinned_blocks_equals_the_whole_tree_sum(scenario, overrides, monkeypatch):
@@ -35,3 +40,24 @@ def test_pinned_blocks_equals_the_whole_tree_sum(scenario, overrides, monkeypatc
         monkeypatch.setattr(cls, "pinned_blocks", checked)
     Simulation(load_scenario(ROOT / "scenarios" / scenario, overrides)).run()
     assert len(calls) > 100 and max(calls) > 0          # asked often, with pins held
+
+
+def test_tiered_pinned_count_under_swap_preemption():
+    """vLLM's swap preemption moves pinned requests' KV out of HBM and back: the tiered cache's
+    count of pinned HBM blocks is checked against the tree at every invariant check."""
+    scenario = load_scenario(ROOT / "scenarios" / "gb300-nvl72-tiers.yaml", [
+        "duration_s=3m", "workload.agent_classes.coding.arrival.concurrent=150", "hardware.instances=1",
+        "serving.engine=vllm", "serving.preemption=swap", "run.check_invariants=true"])
+    checks = []
+    original = TieredCache.check_invariants
+
+    def counted(self):
+        checks.append(self.pinned_hbm_blocks)
+        original(self)
+
+    TieredCache.check_invariants = counted
+    try:
+        result = Simulation(scenario).run()
+    finally:
+        TieredCache.check_invariants = original
+    assert result.summary["swap_preemptions"] > 0 and max(checks) > 0

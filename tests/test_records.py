@@ -46,7 +46,8 @@ def test_numbers_are_stored_as_raw_buffers_and_frames_do_not_alias_them():
     buffer = RecordBuffer(OccupancySample)
     buffer.append(OccupancySample(1.5, 2, "hbm", 10, 20, 3, 4, 5))
     # No Python object per numeric value: eight bytes each in an array buffer.
-    assert buffer._columns[0].typecode == "d" and buffer._columns[1].typecode == "q"
+    assert buffer._arrays["d"].typecode == "d" and buffer._arrays["q"].typecode == "q"
+    assert len(buffer._arrays["q"]) == 6 and len(buffer._arrays["d"]) == 1   # one row of each
     frame = buffer.frame()
     buffer.append(OccupancySample(2.5, 3, "dram", 11, 21, 0, 0, 0))
     assert len(frame) == 1 and frame["time_s"].tolist() == [1.5]
@@ -94,7 +95,7 @@ def test_sealed_chunks_frame_exactly_what_the_records_frame(monkeypatch, record_
     buffer = RecordBuffer(record_type)
     for record in records:
         buffer.append(record)
-    assert len(buffer) == len(records) and len(buffer._sealed[0]) == 11
+    assert len(buffer) == len(records) and len(buffer._sealed[buffer.names[0]]) == 11
     _exactly_equal(buffer.frame(), record_frame(records, record_type))
     buffer.append(records[0])              # frames do not alias the buffer; it keeps growing
     assert len(buffer.frame()) == len(records) + 1

@@ -163,7 +163,11 @@ class DenseKeyMap:
         out: list[int] = []
         if len(values):
             view = np.frombuffer(values, dtype=np.dtype(values.typecode))
-            slots = np.unique(offsets[inside])      # a key given twice is unset once
+            slots = offsets[inside]
+            if len(slots) > 1 and not (slots[1:] > slots[:-1]).all():
+                # A key given twice is unset once. Sorting is skipped for the usual increasing
+                # keys (a session's stream): they are unique and sorted already.
+                slots = np.unique(slots)
             slots = slots[view[slots] != 0]
             view[slots] = 0
             del view                            # the array cannot grow while exported

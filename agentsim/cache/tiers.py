@@ -70,6 +70,10 @@ class TieredCache(RunMerging, TierStaging):
         self.merged_nodes = 0
         #: KV events (``cluster/kv_events.py``): told of blocks entering and leaving the tree.
         self.kv_listener = None
+        #: Blocks of pinned HBM-resident nodes, kept by pin, unpin, commit, _enter and _leave
+        #: (engine-style admission asks every pass; a walk cost a rack 30-70 us per request).
+        #: Splits keep both parts' pins and residency; merges join unpinned runs only.
+        self.pinned_hbm_blocks = 0
 
     # --- HBM-compatible attributes ---------------------------------------------------------
     hbm = property(lambda self: self.tiers[0])
@@ -130,6 +134,8 @@ class TieredCache(RunMerging, TierStaging):
         entry = TierEntry(node, tier)
         node.entries[t] = entry
         node.parent.tier_children[t] += 1
+        if t == 0 and node.lock_ref:
+            self.pinned_hbm_blocks += len(node.keys)
         tier.inserted_blocks += len(node.keys)
         tier.policy.on_insert(entry, now_s)
         # The parent stopped being a leaf of this tier.
@@ -229,9 +235,13 @@ class TieredCache(RunMerging, TierStaging):
 
     # --- request flow (HBM) ----------------------------------------------------------------------
     def pin(self, node: TNode) -> None:
+        pinned = 0
         while node.parent is not None:
             node.lock_ref += 1
+            if node.lock_ref == 1 and node.entries[0] is not None:
+                pinned += len(node.keys)
             node = node.parent
+        self.pinned_hbm_blocks += pinned
 
     def unpin(self, node: TNode) -> None:
         hbm = self.tiers[0]
@@ -243,6 +253,7 @@ class TieredCache(RunMerging, TierStaging):
                 raise InvariantViolation(f"negative lock_ref on {node!r}")
             entry = node.entries[0]
             if node.lock_ref == 0 and entry is not None:
+                self.pinned_hbm_blocks -= len(node.keys)
                 hbm.policy.on_release(entry)
                 # A node with an HBM child is no HBM leaf: skip the children scan for it.
                 if not below_in_hbm and hbm.is_evictable(entry):
@@ -317,6 +328,8 @@ class TieredCache(RunMerging, TierStaging):
         entry.alive = False
         node.entries[t] = None
         node.parent.tier_children[t] -= 1
+        if t == 0 and node.lock_ref:
+            self.pinned_hbm_blocks -= n
         tier.used_blocks -= n
         tier.evicted_blocks += n
         tier.evicted_by_reason[reason] = tier.evicted_by_reason.get(reason, 0) + n
@@ -369,6 +382,8 @@ class TieredCache(RunMerging, TierStaging):
             if common < len(child.keys):
                 child = self._split(child, common)
             child.lock_ref += 1
+            if child.lock_ref == 1 and child.entries[0] is not None:
+                self.pinned_hbm_blocks += len(child.keys)
             if child.entries[0] is None:
                 used += len(child.keys)
                 fresh_nodes.append(child)
@@ -381,6 +396,7 @@ class TieredCache(RunMerging, TierStaging):
             # As RadixCache with merge_runs: the request's own childless leaf, held only in HBM,
             # grows in place, so a session's calls do not add a node each (paths stay short).
             node.keys.extend(fresh)
+            self.pinned_hbm_blocks += len(fresh)     # the leaf is pinned and in HBM
             used += len(fresh)
             hbm.inserted_blocks += len(fresh)
             fresh = ()
@@ -477,9 +493,13 @@ class TieredCache(RunMerging, TierStaging):
                 raise InvariantViolation(f"{tier.name}: resident {resident[tier.index]} + reserved {tier.reserved_blocks} != used {tier.used_blocks}")
             if tier.used_blocks > tier.capacity_blocks:
                 raise InvariantViolation(f"{tier.name}: used {tier.used_blocks} > capacity {tier.capacity_blocks}")
+        walked = pinned_subtree_blocks(self.root, lambda n: n.entries[0] is not None)
+        if walked != self.pinned_hbm_blocks:
+            raise InvariantViolation(f"{walked} pinned HBM blocks in the tree, {self.pinned_hbm_blocks} counted")
 
     def pinned_blocks(self) -> int:
-        return pinned_subtree_blocks(self.root, lambda n: n.entries[0] is not None) + self.reserved_blocks
+        """HBM blocks no eviction can free now: pinned resident runs and reservations."""
+        return self.pinned_hbm_blocks + self.reserved_blocks
 
 
 __all__ = ["HBM", "Match", "PrefetchPin", "TieredCache", "Tier", "TierEntry", "TierSpec", "TNode", "merges_exactly"]

@@ -97,6 +97,7 @@ class RecomputeClassifier:
         size = len(values)
         added = 0
         spill = None
+        later = self._layers[1:]
         for key in keys:
             # The first layer's array, inline (the common cases: a key lost for the first time,
             # or again by the same instance).
@@ -127,8 +128,11 @@ class RecomputeClassifier:
                     values, base = first.values, first.base
                     size = len(values)
                     continue
-            for layer in self._layers[1:]:
-                held = layer.get(key)
+            for layer in later:
+                # DenseKeyMap.get, inline: on four racks, with more instances losing the same
+                # shared keys, this lookup was a tenth of the record's time.
+                j = key - layer.base
+                held = layer.values[j] if 0 <= j < len(layer.values) else layer.far.get(key, 0)
                 if not held or held >> _TIER_BITS == owner:
                     layer.set(key, code)
                     break
@@ -142,6 +146,7 @@ class RecomputeClassifier:
                     layer.cover(first.base, first.base + len(first.values))
                     layer.set(key, code)
                     self._layers.append(layer)
+                    later = self._layers[1:]
                 else:
                     if spill is None:
                         spill = self._spill.setdefault(instance, {})
@@ -173,9 +178,13 @@ class RecomputeClassifier:
         # instances' dicts are not scanned for every key (that cost grew with the instances).
         spilled = layers[-1].pop_many(keys)
         if spilled:
+            # One C-level intersection per instance's dict rather than a pop per key and
+            # instance (72 instances of four racks made that loop grow with the cluster).
+            spilled = set(spilled)
             for spill in self._spill.values():
-                for key in spilled:
-                    spill.pop(key, None)
+                if spill:
+                    for key in spilled & spill.keys():
+                        del spill[key]
 
     def _tiers_lost(self, instance: int, keys: list[int]) -> list[int]:
         """For each of ``keys``: 1 + the tier ``instance`` lost it from, or 0 if it never did."""
@@ -196,7 +205,8 @@ class RecomputeClassifier:
                 continue
             tier = 0
             for layer in later:
-                held = layer.get(key)
+                j = key - layer.base          # DenseKeyMap.get, inline (as in _record)
+                held = layer.values[j] if 0 <= j < len(layer.values) else layer.far.get(key, 0)
                 if not held:
                     break
                 if held >> _TIER_BITS == owner:

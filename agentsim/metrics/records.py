@@ -182,19 +182,27 @@ def record_frame(records: list, record_type) -> pd.DataFrame:
 _NUMERIC_CODES = {"int": "q", "float": "d", "bool": "b"}
 
 
-class RecordBuffer:
-    """Rows of one record type, kept column by column.
+def _one_tuple_getter(name: str):
+    """``record -> (record.name,)``: the getter of a type code with a single field."""
+    get = attrgetter(name)
+    return lambda record: (get(record),)
 
-    ``append(record)`` unpacks a record into its columns at once, so the record object does not
-    outlive the call: a rack hour's 65,000 request records take 8 bytes per numeric value
-    instead of a slotted object per row plus a float object per value. Every
-    :data:`~agentsim.metrics.compact_columns.CHUNK_ROWS` rows the open columns are sealed into
-    compact chunks (:mod:`agentsim.metrics.compact_columns`: a constant chunk is one value, ints
-    in the narrowest type that holds them, labels one byte a row), so a long run's records
-    cost a few bytes per value. ``frame()`` gives the same DataFrame as :func:`record_frame` of
-    the records (same columns, order and dtypes: int fields int64, float fields float64, bool
-    fields bool, the rest as pandas infers from a list). ``len()`` and ``clear()`` work as for
-    a list.
+
+class RecordBuffer:
+    """Rows of one record type, kept in raw buffers and sealed into compact chunks.
+
+    ``append(record)`` unpacks a record at once, so the record object does not outlive the
+    call: a rack hour's 65,000 request records take 8 bytes per numeric value instead of a
+    slotted object per row plus a float object per value. The numeric fields of one type (int,
+    float, bool) share one row-major ``array`` (one C-level ``fromlist`` of their values per row,
+    where an ``append`` per field was the largest part of a finished request's bookkeeping);
+    each label field has a list. Every :data:`~agentsim.metrics.compact_columns.CHUNK_ROWS`
+    rows the open buffers are sealed field by field into compact chunks
+    (:mod:`agentsim.metrics.compact_columns`: a constant chunk is one value, ints in the
+    narrowest type that holds them, labels one byte a row), so a long run's records cost a few
+    bytes per value. ``frame()`` gives the same DataFrame as :func:`record_frame` of the records
+    (same columns, order and dtypes: int fields int64, float fields float64, bool fields bool,
+    the rest as pandas infers from a list). ``len()`` and ``clear()`` work as for a list.
     """
 
     def __init__(self, record_type):
@@ -202,52 +210,75 @@ class RecordBuffer:
         self.names = list(record_type.__slots__)
         types = {f.name: f.type for f in fields(record_type)}
         self._codes = [_NUMERIC_CODES.get(types[name]) for name in self.names]
-        self._get = attrgetter(*self.names)
+        self._code_of = dict(zip(self.names, self._codes))
+        #: type code -> the fields stored in its array, in field order.
+        self._groups = {code: [n for n, c in zip(self.names, self._codes) if c == code]
+                        for code in dict.fromkeys(c for c in self._codes if c)}
+        self._label_names = [n for n, c in zip(self.names, self._codes) if not c]
         self.clear()
 
     def clear(self) -> None:
         #: Per field: its sealed chunks, oldest first.
-        self._sealed: list[list] = [[] for _ in self._codes]
+        self._sealed: dict[str, list] = {name: [] for name in self.names}
         self._open()
         self._rows = 0
 
     def _open(self) -> None:
-        self._columns = [array(code) if code else [] for code in self._codes]
-        self._appends = [column.append for column in self._columns]
+        self._arrays = {code: array(code) for code in self._groups}
+        self._labels = {name: [] for name in self._label_names}
+        #: (fromlist of an array, getter of its fields' values as a tuple) per type code, and
+        #: (append of a list, getter of its field) per label field.
+        self._numeric_fill = [(self._arrays[code].fromlist, attrgetter(*names) if len(names) > 1
+                               else _one_tuple_getter(names[0])) for code, names in self._groups.items()]
+        self._label_fill = [(target.append, attrgetter(name)) for name, target in self._labels.items()]
         self._open_rows = 0
 
     def __len__(self) -> int:
         return self._rows
 
     def append(self, record) -> None:
-        for append, value in zip(self._appends, self._get(record)):
-            append(value)
+        # ``fromlist`` of a list converts the values in one C loop (``extend`` of the tuple goes
+        # through the iterator protocol per value and costs half as much again).
+        for fromlist, get in self._numeric_fill:
+            fromlist(list(get(record)))
+        for append, get in self._label_fill:
+            append(get(record))
         self._rows += 1
         self._open_rows += 1
         if self._open_rows == CHUNK_ROWS:
-            for sealed, code, column in zip(self._sealed, self._codes, self._columns):
-                sealed.append(seal(column, code))
+            for name, column in self._open_columns().items():
+                self._sealed[name].append(seal(column, self._code_of[name]))
             self._open()
 
+    def _open_columns(self) -> dict:
+        """The open rows field by field: a contiguous numpy array per numeric field (its own
+        copy), the list itself per label field."""
+        columns = {}
+        for code, names in self._groups.items():
+            rows = np.frombuffer(self._arrays[code], dtype=np.int8 if code == "b" else
+                                 np.int64 if code == "q" else np.float64).reshape(self._open_rows, len(names))
+            for j, name in enumerate(names):
+                columns[name] = rows[:, j].copy()
+        columns.update(self._labels)
+        return columns
+
     def nbytes(self) -> int:
-        """Bytes of the values held (sealed chunks and the open columns)."""
-        open_bytes = sum(column.itemsize * len(column) if code else 8 * len(column)
-                         for code, column in zip(self._codes, self._columns))
-        return open_bytes + sum(nbytes(chunk) for sealed in self._sealed for chunk in sealed)
+        """Bytes of the values held (sealed chunks and the open buffers)."""
+        open_bytes = sum(values.itemsize * len(values) for values in self._arrays.values())
+        open_bytes += sum(8 * len(labels) for labels in self._labels.values())
+        return open_bytes + sum(nbytes(chunk) for sealed in self._sealed.values() for chunk in sealed)
 
     def frame(self) -> pd.DataFrame:
         if not self._rows:
             return record_frame([], self.record_type)   # the empty table as it always was
         data = {}
-        for name, code, column, sealed in zip(self.names, self._codes, self._columns, self._sealed):
+        for name, column in self._open_columns().items():
+            code, sealed = self._code_of[name], self._sealed[name]
             if code:
                 # concatenate copies: the frame must not share memory with a buffer that may
                 # grow again.
-                parts = [expand(chunk) for chunk in sealed]
-                parts.append(np.frombuffer(column, dtype=np.int8 if code == "b" else
-                                           np.int64 if code == "q" else np.float64))
-                values = np.concatenate(parts)
+                values = np.concatenate([expand(chunk) for chunk in sealed] + [column])
                 data[name] = values.astype(bool) if code == "b" else values
             else:
-                data[name] = [label for chunk in sealed for label in expand(chunk)] + column if sealed else column
-        return pd.DataFrame(data, columns=self.names)
+                data[name] = [label for chunk in sealed for label in expand(chunk)] + column if sealed else list(column)
+        return pd.DataFrame({name: data[name] for name in self.names}, columns=self.names)
