@@ -71,6 +71,24 @@ def require_regular_file(path: str | Path, what: str = "file") -> os.stat_result
     return info
 
 
+def resolved_path(path: str | Path, what: str, source: str | None = None, location: str | None = None) -> Path:
+    """``Path(path).resolve()``, or InputError (blamed on ``source`` and ``location``, else on the
+    path) when it cannot be resolved: a symlink loop (RuntimeError from pathlib) or a name the
+    filesystem refuses (``File name too long``)."""
+    try:
+        resolved = Path(path).resolve()
+        resolved.exists()  # lstat: a too-long name fails here, not only when it is opened
+    except RuntimeError:
+        problem = "is a symbolic link loop"
+    except OSError as exc:
+        problem = f"cannot be looked up ({exc.strerror or exc.__class__.__name__})"
+    else:
+        return resolved
+    if source is None:
+        raise InputError(f"{what} path {problem}", str(path)) from None
+    raise InputError(f"{what} {str(path)[:200]!r} {problem}", source, location) from None
+
+
 def read_input_text(path: str | Path, what: str = "YAML file") -> str:
     """The UTF-8 text of a regular file no larger than the input budget (InputError otherwise).
 

@@ -36,7 +36,7 @@ import pandas as pd
 from agentsim.yaml_text import safe_load
 from agentsim.errors import InputError
 from agentsim.metrics.catalogue import KEY_METRICS, format_value
-from agentsim.input_files import read_input_text
+from agentsim.input_files import read_input_text, resolved_path
 from agentsim.result_files import read_json_object, read_table
 from agentsim.results import read_summary
 from agentsim.report_tables import (agent_class_html, deployment_html, html_table, slowest_requests_table,
@@ -432,6 +432,7 @@ def build_report(directory: str | Path, out_dir: str | Path | None = None, dpi: 
     (into ``out_dir``, default ``directory`` itself). Raises InputError if ``directory`` is none
     of these."""
     directory = Path(directory)
+    resolved_path(directory, "run directory")  # a symlink loop or a name too long: one error
     if not directory.is_dir():
         raise InputError("no such directory", str(directory))
     kind = detect_kind(directory)

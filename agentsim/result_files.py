@@ -25,6 +25,14 @@ def _no_constant(name: str):
     raise _NonFinite(name)
 
 
+def _finite_float(text: str) -> float:
+    # 1e999 is valid JSON that Python reads as infinity; agentsim writes no such number.
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _NonFinite(f"the number {text[:40]} (beyond the float range)")
+    return value
+
+
 def read_json_object(path: str | Path, what: str = "JSON file") -> dict:
     """The JSON object in ``path``; InputError if the file is missing, empty, not JSON or not an
     object (a list, a number)."""
@@ -33,7 +41,7 @@ def read_json_object(path: str | Path, what: str = "JSON file") -> dict:
     if not text.strip():
         raise InputError(f"{what} is empty (a write that did not finish?)", str(path))
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except _NonFinite as exc:
         raise InputError(f"{what} holds {exc.args[0]}, which agentsim never writes (it writes null for a value "
                          "that is not finite)", str(path)) from None
@@ -42,6 +50,8 @@ def read_json_object(path: str | Path, what: str = "JSON file") -> dict:
                          f"line {exc.lineno}, column {exc.colno}") from None
     except RecursionError:
         raise InputError(f"{what} is nested too deeply to be agentsim's", str(path)) from None
+    except ValueError as exc:  # an integer of more than 4,300 digits (Python refuses to read it)
+        raise InputError(f"{what} holds a number too long to read ({str(exc).split(';')[0]})", str(path)) from None
     if not isinstance(data, dict):
         raise InputError(f"{what} must hold a JSON object, got {type(data).__name__}", str(path))
     return data

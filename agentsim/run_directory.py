@@ -35,6 +35,7 @@ import tempfile
 from pathlib import Path
 
 from agentsim.errors import InputError
+from agentsim.input_files import resolved_path
 
 #: Files whose presence marks a directory as agentsim's own output (a run, a sweep, a plan),
 #: which ``--force`` may replace.
@@ -96,9 +97,9 @@ def check_out_dir(out_dir: Path, force: bool, what: str = "a run's results", own
     ``owned``: the directory is agentsim's by construction (a sweep's ``seed-S/``), whatever
     it holds (a killed run leaves tables without a summary)."""
     source = str(out_dir)
+    resolved = resolved_path(out_dir, "output directory")  # a symlink loop or a name too long
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError("exists and is not a directory", source)
-    resolved = out_dir.resolve()
     if resolved == Path(resolved.anchor):
         raise InputError("is the filesystem root; choose a directory for the results", source)
     if out_dir.is_dir():

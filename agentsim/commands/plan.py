@@ -51,17 +51,19 @@ def register(app: typer.Typer) -> None:
         criterion: str = typer.Option("all", "--criterion", help="a point passes if every seed meets each SLO ('all') or the mean does ('mean')"),
         set_: Optional[list[str]] = typer.Option(None, "--set", help="override a field: PATH=VALUE (repeatable)"),
         out: Path = typer.Option(None, "--out", "-o", help="directory for runs and the frontier (default runs/plans/<scenario name>); reused on rerun"),
-        workers: Optional[int] = typer.Option(None, "--workers", "-w", help="local worker processes (default: all cores)"),
+        workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="local worker processes (default: all cores)"),
         dask: Optional[str] = typer.Option(None, "--dask", help="run on Dask: 'local' or tcp://HOST:PORT"),
     ) -> None:
         """Find the smallest value of one axis that meets every SLO (bisection with seeds) and print the frontier."""
         from agentsim.config.loader import read_yaml
         from agentsim.errors import InputError
         from agentsim.experiments.executors import make_executor
-        from agentsim.experiments.plan import Planner, check_slo_metrics, parse_slo, parse_vary
+        from agentsim.experiments.plan import Planner, check_plan_options, check_slo_metrics, parse_slo, parse_vary
         from agentsim.experiments.store import SweepStore
         from agentsim.experiments.sweep import ScenarioBuilder
 
+        # Every option is checked before anything is written under --out or any run starts.
+        check_plan_options(criterion, seeds)
         slos = [parse_slo(text) for text in slo]
         data, lines = read_yaml(scenario_file)
         if not isinstance(data, dict):
@@ -72,8 +74,8 @@ def register(app: typer.Typer) -> None:
         check_slo_metrics(builder, slos)  # before anything is written or run
         seed_list = [base.seed + i for i in range(seeds)]
         out_dir = out or Path("runs") / "plans" / base.name
-        store = SweepStore(out_dir)
         executor = make_executor(workers or (min(seeds, os.cpu_count() or 1) if not dask else None), dask)
+        store = SweepStore(out_dir)
 
         def on_point(point):
             status = "[green]pass[/green]" if point.passed else "[red]fail[/red]"

@@ -191,7 +191,7 @@ def register(app: typer.Typer) -> None:
     def sweep_command(
         sweep_file: Path = typer.Argument(..., help="sweep YAML file (base scenario, axes, seeds)"),
         out: Path = typer.Option(None, "--out", "-o", help="output directory (default runs/sweeps/<sweep name>); rerun to resume"),
-        workers: Optional[int] = typer.Option(None, "--workers", "-w", help="local worker processes (default: all cores)"),
+        workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="local worker processes (default: all cores)"),
         dask: Optional[str] = typer.Option(None, "--dask", help="run on Dask: 'local' starts a LocalCluster, or a scheduler address tcp://HOST:PORT"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar and no tables"),
         dry_run: bool = typer.Option(False, "--dry-run", help="list the cells and exit"),
@@ -200,12 +200,14 @@ def register(app: typer.Typer) -> None:
 
         Rerunning with the same --out skips finished runs (failed runs are retried).
         """
-        from agentsim.experiments.executors import make_executor
+        from agentsim.experiments.executors import check_dask_address, make_executor
         from agentsim.experiments.spec import check_baseline, expand_cells, load_sweep
         from agentsim.experiments.stats import cell_regimes
         from agentsim.experiments.sweep import ScenarioBuilder, no_valid_cell, plan_runs, run_sweep
 
         sweep = load_sweep(sweep_file)
+        if dask is not None:
+            check_dask_address(dask)
         if dry_run:
             # Each cell is validated as a run would (cheap beside a run): a dry run that lists
             # cells every run of which would fail is no check of the sweep file.

@@ -106,6 +106,10 @@ def check_pools(scenario) -> None:
         if par.tp is None and gpus % (par.pp * par.attention_dp):
             raise FieldError(("serving", "disaggregation", role, "parallelism", "pp"),
                              f"pp {par.pp} x attention_dp {par.attention_dp} must divide the {role} workers' GPUs ({gpus})")
+        if scenario.model.is_moe() and (problem := pool.serving.parallelism.moe_split_problem(gpus)) is not None:
+            raise FieldError(("serving", "disaggregation", role, "parallelism", problem[0]), problem[1])
+        if (problem := scenario.hardware.instance_span_problem(gpus)) is not None:
+            raise FieldError(("serving", "disaggregation", role, "gpus_per_worker"), problem)
         where = ("serving", "disaggregation", role, "gpus_per_worker")
         if hw.kv_capacity_bytes is None:
             free = hw.hbm_bytes_per_gpu * hw.gpus_per_instance * (1 - hw.hbm_reserve_fraction) - weights_bytes

@@ -26,7 +26,12 @@ class Limits(BaseModel):
     max_expected_sessions: float = Field(10_000_000, gt=0, description="sessions Poisson arrivals start on average over duration_s, at the peak rate")
     max_duration_s: Seconds = Field(366 * 86400.0, gt=0, description="simulated time (duration_s): one year")
     max_prompt_tokens: int = Field(10_000_000, gt=0, description="longest prompt (shared prefixes plus max_context_tokens) in tokens")
-    max_batch_requests: int = Field(1_000_000, gt=0, description="serving.max_batch_requests")
+    max_batch_requests: int = Field(1_000_000, gt=0, description="serving.max_batch_requests (or max_num_seqs; "
+                                    "disaggregated: each pool's)")
+    max_batch_tokens: int = Field(10_000_000, gt=0, description="token budget of one iteration (serving."
+                                  "prefill_chunk_tokens or max_num_batched_tokens; disaggregated: each pool's)")
+    max_gpus_per_instance: int = Field(1024, gt=0, description="GPUs of one serving instance (hardware."
+                                       "gpus_per_instance; disaggregated: each pool's gpus_per_worker)")
     max_blocks_per_tier: int = Field(2**32, gt=0, description="KV blocks one tier of one instance may hold (HBM: "
                                      "kv_capacity / block bytes; a tier below it: its capacity / block bytes); "
                                      "every block count stays a machine integer")
@@ -63,9 +68,7 @@ def check_limits(scenario) -> None:
     if scenario.duration_s > limits.max_duration_s:
         raise FieldError(("duration_s",), f"{scenario.duration_s:g} s exceeds the limit of {limits.max_duration_s:g} s; "
                          f"{limit_hint('max_duration_s')}")
-    if scenario.serving.max_batch_requests > limits.max_batch_requests:
-        raise FieldError(("serving", "max_batch_requests"), f"{scenario.serving.max_batch_requests:,} exceeds the limit of "
-                         f"{limits.max_batch_requests:,}; {limit_hint('max_batch_requests')}")
+    _check_engine_sizes(scenario)
     block_bytes = scenario.cache.block_tokens * scenario.model.kv_bytes_per_token
     hbm_blocks = scenario.kv_capacity_bytes_per_instance() / block_bytes
     if hbm_blocks > limits.max_blocks_per_tier:
@@ -104,3 +107,28 @@ def check_limits(scenario) -> None:
                 path = ("workload", "agent_classes", name, field) + (("system_tokens",) if field == "subagents" else ())
                 raise FieldError(path, f"prompts of {tokens:,} tokens exceed the limit of {limits.max_prompt_tokens:,}; "
                                        f"{limit_hint('max_prompt_tokens')}")
+
+
+def _check_engine_sizes(scenario) -> None:
+    """GPUs per instance, batch slots and the iteration's token budget, aggregated and per pool,
+    against their limits (each blames the field that gave the value in force)."""
+    limits, serving, hardware = scenario.limits, scenario.serving, scenario.hardware
+    sizes = [(("hardware", "gpus_per_instance"), hardware.gpus_per_instance, "GPUs per instance",
+              "max_gpus_per_instance", limits.max_gpus_per_instance),
+             (("serving", "max_num_seqs" if serving.max_num_seqs else "max_batch_requests"), serving.batch_requests(),
+              "requests per batch", "max_batch_requests", limits.max_batch_requests),
+             (("serving", "max_num_batched_tokens" if serving.max_num_batched_tokens else "prefill_chunk_tokens"),
+              serving.batch_tokens(), "tokens per iteration", "max_batch_tokens", limits.max_batch_tokens)]
+    if serving.disaggregation is not None:
+        for role in ("prefill", "decode"):
+            pool = getattr(serving.disaggregation, role)
+            where = ("serving", "disaggregation", role)
+            sizes += [(where + ("gpus_per_worker",), pool.gpus_per_worker or 0, "GPUs per worker",
+                       "max_gpus_per_instance", limits.max_gpus_per_instance),
+                      (where + ("max_num_seqs",), pool.max_num_seqs or 0, "requests per batch",
+                       "max_batch_requests", limits.max_batch_requests),
+                      (where + ("max_num_batched_tokens",), pool.max_num_batched_tokens or 0, "tokens per iteration",
+                       "max_batch_tokens", limits.max_batch_tokens)]
+    for path, value, what, name, limit in sizes:
+        if value > limit:
+            raise FieldError(path, f"{value:,} {what} exceed the limit of {limit:,}; {limit_hint(name)}")

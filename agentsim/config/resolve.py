@@ -18,7 +18,7 @@ import yaml
 from agentsim.yaml_text import load_document
 from agentsim.config.yaml_paths import locate
 from agentsim.errors import InputError, did_you_mean
-from agentsim.input_files import read_input_text
+from agentsim.input_files import read_input_text, resolved_path
 
 _SECTIONS = {"hardware": "hardware", "model": "models"}
 
@@ -58,7 +58,7 @@ _fit_cache: dict[Path, dict] = {}
 
 
 def load_fit_file(path: Path, source: str, location: str) -> dict:
-    path = path.resolve()
+    path = resolved_path(path, "fit file", source, location)
     if path in _fit_cache:
         return _fit_cache[path]
     if not path.exists():
@@ -80,12 +80,12 @@ def find_fit_file(file_part: str, base_dir: Path, fallback_dirs, source: str, lo
     """The fit file a reference names: ``base_dir / file_part`` (next to the scenario), else a
     file of the same name in one of ``fallback_dirs`` (the packaged fits), so a scenario copied
     away from its ``fits/`` still runs. The error names every place looked in."""
-    beside = (base_dir / file_part).resolve()
+    beside = resolved_path(base_dir / file_part, "fit file", source, location)
     if beside.exists():
         return beside
     looked = [str(beside)]
     for directory in fallback_dirs:
-        candidate = Path(directory) / Path(file_part).name
+        candidate = resolved_path(Path(directory) / Path(file_part).name, "fit file", source, location)
         if candidate.exists():
             return candidate
         looked.append(str(candidate))

@@ -80,6 +80,16 @@ class HardwareConfig(Strict):
     nic_bytes_per_s: BytesPerSecond = Field(100e9, gt=0, description="scale-out NIC bandwidth per GPU per direction")
     rdma_latency_s: Seconds = Field(5e-6, ge=0, description="network (RDMA) latency per transfer")
 
+    def instance_span_problem(self, gpus: int) -> str | None:
+        """Why an instance (or disaggregated worker) of ``gpus`` GPUs cannot be placed, or None:
+        one larger than an NVLink domain spans whole domains (multi-node instances are built of
+        whole nodes: 16 or 64 GPUs of 8-GPU HGX nodes, never 12)."""
+        domain = self.nvlink_domain_gpus
+        if gpus > domain and gpus % domain:
+            return (f"an instance of {gpus:,} GPUs spans {gpus / domain:.3g} NVLink domains of {domain} GPUs; "
+                    f"one larger than a domain must span whole domains (a multiple of {domain} GPUs)")
+        return None
+
     def racks_problem(self) -> FieldError | None:
         """Aggregated serving: the instances must split evenly between the racks and each rack's
         share fit its NVLink domain (a rack is one NVLink domain). Checked by the scenario, since
@@ -112,6 +122,11 @@ class ModelConfig(Strict):
     hidden_size: int = Field(0, ge=0, description="model width (roofline: all-reduce bytes per token)")
     routed_experts: int = Field(0, ge=0, description="MoE routed experts per layer (0: dense)")
     experts_per_token: int = Field(0, ge=0, description="MoE experts each token is routed to")
+
+    def is_moe(self) -> bool:
+        """Whether the experts are split apart from the dense layers (routed experts, or fewer
+        active parameters than total), as :func:`agentsim.hardware.timing.select.parallelism` reads it."""
+        return bool(self.routed_experts) or self.active_params < self.total_params
 
     @model_validator(mode="after")
     def _active_le_total(self):
@@ -346,8 +361,18 @@ class Scenario(Strict):
         if par.tp is None and gpus % (par.pp * par.attention_dp):
             raise FieldError(("serving", "parallelism", "pp"),
                              f"pp {par.pp} x attention_dp {par.attention_dp} must divide hardware.gpus_per_instance ({gpus})")
+        if (problem := self.hardware.instance_span_problem(gpus)) is not None:
+            raise FieldError(("hardware", "gpus_per_instance"), problem)
+        if self.model.is_moe() and (problem := par.moe_split_problem(gpus)) is not None:
+            raise FieldError(("serving", "parallelism", problem[0]), problem[1])
         if self.serving.disaggregation is not None:
             check_pools(self)
+        longest_context = max(c.max_context_tokens for c in self.workload.agent_classes.values())
+        if self.cache.block_tokens > longest_context:
+            # A block is cached only when full: no prompt could ever fill one.
+            raise FieldError(("cache", "block_tokens"), f"blocks of {self.cache.block_tokens:,} tokens are longer than "
+                             f"any context (max_context_tokens at most {longest_context:,}): no prompt fills a block, "
+                             "so nothing could ever be cached")
         block_bytes = self.cache.block_tokens * self.model.kv_bytes_per_token
         if self.kv_capacity_bytes_per_instance() < block_bytes:
             blamed = ("hardware", "kv_capacity_bytes") if self.hardware.kv_capacity_bytes is not None else ("cache", "block_tokens")

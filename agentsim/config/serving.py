@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from agentsim.config.base import PolicyRef, Strict
 from agentsim.config.disaggregation import DisaggregationConfig
@@ -27,6 +27,23 @@ class Parallelism(Strict):
     attention_dp: int = Field(1, gt=0, description="attention data-parallel ranks (each serves a share of the sequences)")
     moe_tp: int | None = Field(None, gt=0, description="tensor-parallel degree inside each expert")
     moe_ep: int | None = Field(None, gt=0, description="expert-parallel degree")
+
+    def moe_split_problem(self, gpus: int) -> tuple[str, str] | None:
+        """(field, why) when ``moe_tp`` / ``moe_ep`` cannot split the experts of an MoE model
+        served on ``gpus`` GPUs: both given, their product must be ``tp * attention_dp`` (the
+        engines' rule: aiconfigurator-core refuses any other); one given, it must divide that."""
+        tp = self.tp if self.tp is not None else max(1, gpus // (self.pp * self.attention_dp))
+        width = tp * self.attention_dp
+        if self.moe_tp is not None and self.moe_ep is not None:
+            if self.moe_tp * self.moe_ep != width:
+                return "moe_ep", (f"moe_tp {self.moe_tp} x moe_ep {self.moe_ep} must equal tp {tp} x attention_dp "
+                                  f"{self.attention_dp} ({width}): the experts are split over the same GPUs")
+            return None
+        for name in ("moe_ep", "moe_tp"):
+            value = getattr(self, name)
+            if value is not None and width % value:
+                return name, f"{name} {value} must divide tp {tp} x attention_dp {self.attention_dp} ({width})"
+        return None
 
 
 class Precision(Strict):
@@ -103,6 +120,15 @@ class ServingConfig(Strict):
 
     speculative_decoding: SpeculativeDecoding | None = Field(
         None, description="multi-token prediction on the decode steps (absent: one token per step)")
+
+    @field_validator("engine_version", mode="before")
+    @classmethod
+    def _version_is_text(cls, value):
+        # YAML reads 0.10 as the number 0.1: a version must be written as text.
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ValueError(f"engine_version must be text: write it in quotes ('{value}'), since YAML reads "
+                             "an unquoted version as a number and drops digits (0.10 becomes 0.1)")
+        return value
 
     @model_validator(mode="after")
     def _ratios(self):

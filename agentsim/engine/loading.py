@@ -6,7 +6,8 @@ adds the two steps that need the layers above: hardware and model profiles come 
 :mod:`agentsim.hardware.profiles`, and every registered name (eviction and admission policies,
 tier policies, load rule, router) plus the hardware-dependent tier checks are verified by
 :mod:`agentsim.engine.checks`. So a misspelt policy is still reported with its YAML line at
-load time, not as a KeyError deep in a run. A ``fit:`` file not found next to the scenario is
+load time, not as a KeyError deep in a run; so are the names that select measured timing
+(:mod:`agentsim.engine.timing_name_checks`). A ``fit:`` file not found next to the scenario is
 looked up among the packaged fits (:mod:`agentsim.examples`).
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 from agentsim.config.loader import read_scenario, validate_scenario
 from agentsim.config.scenario import Scenario
 from agentsim.engine.checks import check_components, check_policies
+from agentsim.engine.timing_name_checks import check_timing_names
 from agentsim.examples import packaged_fits_dir
 from agentsim.hardware.profiles import load_catalogue
 
@@ -36,4 +38,5 @@ def scenario_from_dict(data: dict, source: str = "<scenario>", lines: dict | Non
     scenario = validate_scenario(data, source, lines, base_dir, load_catalogue, [fits] if fits else [])
     check_policies(scenario, source, lines)
     check_components(scenario, source, lines)
+    check_timing_names(scenario, source, lines)
     return scenario

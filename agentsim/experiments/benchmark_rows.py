@@ -22,6 +22,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from agentsim.errors import InputError
@@ -82,18 +83,28 @@ def read_rows(path: Path) -> pd.DataFrame:
         values = pd.to_numeric(frame[column], errors="coerce")
         # Disaggregated rows leave the aggregated parallelism columns empty.
         required = agg if column in ("batch_size", "tp_size") else pd.Series(True, index=frame.index)
-        bad = (values.isna() & (frame[column].notna() | required)) | (values <= 0)
-        if bad.any():
-            line = int(bad.to_numpy().nonzero()[0][0]) + 2  # header is line 1
-            got = frame[column].iloc[line - 2]
-            got = got.item() if hasattr(got, "item") else got  # 5, not np.int64(5)
-            raise InputError(f"column {column} must be a positive number, got {got!r}",
-                             str(path), f"line {line}")
+        bad = (values.isna() & (frame[column].notna() | required)) | (values <= 0) | np.isinf(values)
+        _refuse_first(frame, column, bad, "a positive number", path)
         frame[column] = values
+    # Counts (lengths, clients, parallel degrees, workers) are whole numbers: 1.5 would be
+    # truncated to 1 without a word. Empty is allowed (the engine's default).
+    for column in [c for c in frame.columns if c in ("isl", "osl", "batch_size") or c.endswith(("_size", "_num_workers"))]:
+        values = pd.to_numeric(frame[column], errors="coerce")
+        bad = (values.isna() & frame[column].notna()) | np.isinf(values) | (values < 0) | (values % 1 != 0)
+        _refuse_first(frame, column, bad & ~(values.isna() & frame[column].isna()), "a whole number", path)
     if frame["id"].duplicated().any():
         line = int(frame["id"].duplicated().to_numpy().nonzero()[0][0]) + 2
         raise InputError(f"duplicate id {frame['id'].iloc[line - 2]!r}", str(path), f"line {line}")
     return frame
+
+
+def _refuse_first(frame: pd.DataFrame, column: str, bad: pd.Series, what: str, path: Path) -> None:
+    """InputError naming the first row where ``bad`` holds (its line, the value as written)."""
+    if bad.any():
+        line = int(bad.to_numpy().nonzero()[0][0]) + 2  # header is line 1
+        got = frame[column].iloc[line - 2]
+        got = got.item() if hasattr(got, "item") else got  # 5, not np.int64(5)
+        raise InputError(f"column {column} must be {what}, got {got!r}", str(path), f"line {line}")
 
 
 @lru_cache(maxsize=None)

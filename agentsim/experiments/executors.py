@@ -204,15 +204,7 @@ class DaskExecutor:
             self.client = Client(self.cluster, security=security)
             self.description = f"dask LocalCluster over TLS, {n} worker processes"
         else:
-            if not address.startswith(("tcp://", "tls://", "inproc://", "ucx://", "ws://", "wss://")):
-                raise InputError(f"expected 'local' or a scheduler address like tls://HOST:8786, got {address!r}", "--dask")
-            if not address.startswith(("tls://", "wss://")) and os.environ.get(DASK_INSECURE_ENV) != "1":
-                # Tasks and results travel as pickles: whoever runs that scheduler, or can reach
-                # its port, runs code in this process. Only TLS authenticates both ends.
-                raise InputError(f"{address} is not encrypted or authenticated, and results come back as pickles "
-                                 "(whoever can reach that scheduler runs code here); use tls://HOST:PORT with the "
-                                 "distributed.comm.tls settings of the dask configuration, or set "
-                                 f"{DASK_INSECURE_ENV}=1 on a network you trust", "--dask")
+            check_dask_address(address)
             try:
                 self.client = Client(address, timeout="15s")
             except (OSError, TimeoutError, TypeError, ValueError) as exc:
@@ -237,6 +229,22 @@ class DaskExecutor:
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+
+
+def check_dask_address(address: str) -> None:
+    """Raise InputError (``--dask``) unless ``address`` is ``local`` or a scheduler address this
+    process may trust; checked without connecting, so a dry run checks it too."""
+    if address == "local":
+        return
+    if not address.startswith(("tcp://", "tls://", "inproc://", "ucx://", "ws://", "wss://")):
+        raise InputError(f"expected 'local' or a scheduler address like tls://HOST:8786, got {address!r}", "--dask")
+    if not address.startswith(("tls://", "wss://")) and os.environ.get(DASK_INSECURE_ENV) != "1":
+        # Tasks and results travel as pickles: whoever runs that scheduler, or can reach
+        # its port, runs code in this process. Only TLS authenticates both ends.
+        raise InputError(f"{address} is not encrypted or authenticated, and results come back as pickles "
+                         "(whoever can reach that scheduler runs code here); use tls://HOST:PORT with the "
+                         "distributed.comm.tls settings of the dask configuration, or set "
+                         f"{DASK_INSECURE_ENV}=1 on a network you trust", "--dask")
 
 
 def make_executor(workers: int | None = None, dask: str | None = None):

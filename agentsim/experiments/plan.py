@@ -90,6 +90,20 @@ def check_slo_metrics(builder: ScenarioBuilder, slos: list[Slo]) -> None:
     _require_metrics(slos, run_scenario(builder.resolved([("duration_s", "1ms")])).summary)
 
 
+def check_plan_options(criterion: str, seeds: int) -> None:
+    """Raise InputError for a ``--criterion`` or ``--seeds`` a plan cannot use, before anything
+    is written: the seeds of one point are a sweep's runs, under the same limit."""
+    from agentsim.experiments.spec import DEFAULT_MAX_SWEEP_RUNS, MAX_SWEEP_RUNS_ENV
+    from agentsim.input_files import env_limit
+
+    if criterion not in ("all", "mean"):
+        raise InputError(f"criterion must be 'all' or 'mean', got {criterion!r}", "--criterion")
+    limit = env_limit(MAX_SWEEP_RUNS_ENV, DEFAULT_MAX_SWEEP_RUNS)
+    if seeds > limit:
+        raise InputError(f"{seeds:,} seeds per point exceed the limit of {limit:,} runs per sweep "
+                         f"(raise it with {MAX_SWEEP_RUNS_ENV}=N if this is intended)", "--seeds")
+
+
 def parse_slo(text: str) -> Slo:
     """``ttft_p99_s<=2`` (a threshold may carry a unit: ``ttft_p99_s<=500ms``)."""
     match = _SLO.match(text)
@@ -103,6 +117,9 @@ def parse_slo(text: str) -> Slo:
             threshold = parse_duration(raw)
         except UnitError:
             raise InputError(f"cannot read the threshold {raw!r} as a number", "--slo", text) from None
+    if not math.isfinite(threshold):
+        # No value compares with NaN, every one with infinity: the search would answer nothing.
+        raise InputError(f"the threshold must be a finite number, got {raw!r}", "--slo", text)
     return Slo(metric, op, threshold)
 
 
@@ -143,8 +160,10 @@ def parse_vary(text: str, builder: ScenarioBuilder, resolution: str | None = Non
     path = path.strip()
     low_raw, high_raw = (part.strip() for part in bounds.split("..", 1))
     integer = _is_int(low_raw) and _is_int(high_raw)
-    low = builder.to_number(path, _yaml_scalar(low_raw))
-    high = builder.to_number(path, _yaml_scalar(high_raw))
+    low = _option_number(builder, path, low_raw, "--vary", text)
+    high = _option_number(builder, path, high_raw, "--vary", text)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise InputError(f"LOW and HIGH must be finite numbers (got {low:g} and {high:g})", "--vary", text)
     if not low < high:
         raise InputError(f"LOW must be smaller than HIGH (got {low:g} and {high:g})", "--vary", text)
     match = _NUMBER_PART.match(low_raw)
@@ -152,8 +171,8 @@ def parse_vary(text: str, builder: ScenarioBuilder, resolution: str | None = Non
     if match and match.group(2) and float(match.group(1)) != 0:
         scale, suffix = low / float(match.group(1)), match.group(2)
     if resolution is not None:
-        step = builder.to_number(path, _yaml_scalar(resolution))
-        if step <= 0:
+        step = _option_number(builder, path, resolution, "--resolution", resolution)
+        if not math.isfinite(step) or step <= 0:
             raise InputError(f"the resolution must be positive, got {resolution!r}", "--resolution")
     else:
         # About 32 grid steps, rounded down to a 1/2/2.5/5 x 10^k step in the bounds' unit so
@@ -161,7 +180,24 @@ def parse_vary(text: str, builder: ScenarioBuilder, resolution: str | None = Non
         step = 1.0 if integer else _nice((high - low) / scale / 32.0) * scale
     if integer:
         step = max(1.0, float(round(step)))
-    return VaryAxis(path=path, low=low, high=high, step=step, integer=integer, unit_scale=scale, unit_suffix=suffix)
+    axis = VaryAxis(path=path, low=low, high=high, step=step, integer=integer, unit_scale=scale, unit_suffix=suffix)
+    # Both ends must be valid scenarios: a bisection between invalid ends only fails, after
+    # writing runs (an unknown path, a value above a limit or of the wrong type).
+    for value in (axis.value(0), axis.value(axis.steps)):
+        try:
+            builder.resolved_data([(path, value)])
+        except InputError as exc:
+            raise InputError(f"{path}={axis.label(value)} is not a valid scenario: {exc.render()}", "--vary", text) from None
+    return axis
+
+
+def _option_number(builder: ScenarioBuilder, path: str, raw: str, option: str, text: str) -> float:
+    """``raw`` (from ``option``) as a number for ``path``; its error is blamed on the option,
+    since the value is on no line of the scenario file."""
+    try:
+        return builder.to_number(path, _yaml_scalar(raw))
+    except InputError as exc:
+        raise InputError(exc.message, option, text) from None
 
 
 def _nice(x: float) -> float:

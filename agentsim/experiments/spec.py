@@ -44,7 +44,7 @@ from agentsim.config.loader import read_yaml, validation_error_to_input_error
 from agentsim.config.yaml_paths import locate
 from agentsim.config.scenario import check_output_name
 from agentsim.errors import FieldError, InputError
-from agentsim.input_files import env_limit
+from agentsim.input_files import env_limit, resolved_path
 
 DEFAULT_METRICS = ["hit_ratio", "ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "sla_attainment",
                    "cost_per_million_tokens_usd", "provider_bill_usd"]
@@ -233,8 +233,8 @@ def load_sweep(path: str | Path) -> LoadedSweep:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
         raise validation_error_to_input_error(exc, str(path), lines, root=SweepSpec) from None
-    base_path = (path.parent / spec.base).resolve() if not Path(spec.base).is_absolute() else Path(spec.base)
     try:
+        base_path = resolved_path(path.parent / spec.base, "base scenario") if not Path(spec.base).is_absolute() else Path(spec.base)
         base_data, base_lines = read_yaml(base_path)
     except InputError as exc:  # blame the sweep file's base: line, and say what is wrong with the file
         raise InputError(f"base scenario {exc.render()}", str(path), locate(lines, ("base",))) from None

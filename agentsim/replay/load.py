@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentsim.errors import InputError
+from agentsim.input_files import resolved_path
 from agentsim.workload.traces import TraceOrderWarning, TraceRequest, load_requests, resolve_format
 
 
@@ -33,6 +34,7 @@ def load_trace(path: str | Path, fmt: str = "auto", *, block_tokens: int | None 
     import time
 
     path = Path(path)
+    resolved_path(path, "trace file")  # a symlink loop or a name too long: one error, not a traceback
     if not path.exists():
         raise InputError("trace file not found", str(path))
     if not 0 <= session_offset_s < math.inf:  # also NaN: every later session would start at NaN

@@ -45,7 +45,7 @@ def parallelism(scenario) -> tuple[int, int, int, int | None, int | None]:
     gpus = scenario.hardware.gpus_per_instance
     tp = par.tp if par.tp is not None else max(1, gpus // (par.pp * par.attention_dp))
     moe_tp, moe_ep = par.moe_tp, par.moe_ep
-    if scenario.model.routed_experts or scenario.model.active_params < scenario.model.total_params:
+    if scenario.model.is_moe():
         width = tp * par.attention_dp
         if moe_tp is None and moe_ep is None:
             moe_tp, moe_ep = 1, width
