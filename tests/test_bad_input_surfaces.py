@@ -38,22 +38,19 @@ def _loop(tmp: Path, name: str = "loop") -> Path:
 
 
 # --- paths that cannot be resolved: link loops, names too long ------------------------------------------
-@case("path-trace-symlink-loop")
-def _trace_loop(tmp):
-    path = _loop(tmp)
-    return ["replay", str(path), "--json"], [str(path), "trace file path", "symbolic link loop"]
+def _loop_case(id: str, argv, what: str):
+    """``argv(tmp, loop)`` given a symbolic link loop; the message names the loop, ``what`` path
+    it was given as, and the loop."""
+    def build(tmp: Path):
+        loop = _loop(tmp)
+        return argv(tmp, loop), [str(loop), what, "symbolic link loop"]
+    CASES.append(Case(id, build))
 
 
-@case("path-out-symlink-loop")
-def _out_loop(tmp):
-    scenario, out = _scenario(tmp, BASE, "ok.yaml"), _loop(tmp)
-    return ["run", str(scenario), "--out", str(out), "--quiet"], [str(out), "output directory", "symbolic link loop"]
-
-
-@case("path-report-symlink-loop")
-def _report_loop(tmp):
-    path = _loop(tmp)
-    return ["report", str(path), "--quiet"], [str(path), "run directory", "symbolic link loop"]
+_loop_case("path-trace-symlink-loop", lambda tmp, loop: ["replay", str(loop), "--json"], "trace file path")
+_loop_case("path-out-symlink-loop", lambda tmp, loop: ["run", str(_scenario(tmp, BASE, "ok.yaml")), "--out", str(loop),
+                                                       "--quiet"], "output directory")
+_loop_case("path-report-symlink-loop", lambda tmp, loop: ["report", str(loop), "--quiet"], "run directory")
 
 
 @case("path-fit-symlink-loop")
