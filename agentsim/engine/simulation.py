@@ -23,7 +23,8 @@ from agentsim.engine.disaggregated import DisaggregatedCluster
 from agentsim.engine.hierarchy import Hierarchy, load_breakdown
 from agentsim.engine.agents import AgentDriver
 from agentsim.engine.run_warnings import kv_capacity_warning
-from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecord, TierHitRecord, with_tier_hit_columns
+from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecord, TierHitRecord
+from agentsim.metrics.request_table import request_table
 from agentsim.engine.economics import economics_summary
 from agentsim.metrics.summary import rows_where, summarize_requests
 from agentsim.engine.agentic import AgenticWiring
@@ -373,8 +374,7 @@ class Simulation:
 
     def _result(self, wall_s: float) -> RunResult:
         scenario = self.scenario
-        requests = with_tier_hit_columns(self.request_records.frame(), self.tier_hit_records.frame(), tier_names())
-        requests = requests.sort_values("request_id", kind="stable").reset_index(drop=True)
+        requests = request_table(self.request_records, self.tier_hit_records, tier_names())
         occupancy = self.occupancy.frame()
         simulated_s = float(self.env.now)
         summary = {"scenario": scenario.name, "seed": scenario.seed, "policy": scenario.cache.eviction.name}

@@ -180,6 +180,8 @@ def record_frame(records: list, record_type) -> pd.DataFrame:
 
 #: ``array`` type codes of numeric record fields (annotations are strings: postponed evaluation).
 _NUMERIC_CODES = {"int": "q", "float": "d", "bool": "b"}
+#: numpy dtype of an open buffer's ``array`` of each type code.
+_OPEN_DTYPES = {"b": np.int8, "q": np.int64, "d": np.float64}
 
 
 def _one_tuple_getter(name: str):
@@ -255,8 +257,7 @@ class RecordBuffer:
         copy), the list itself per label field."""
         columns = {}
         for code, names in self._groups.items():
-            rows = np.frombuffer(self._arrays[code], dtype=np.int8 if code == "b" else
-                                 np.int64 if code == "q" else np.float64).reshape(self._open_rows, len(names))
+            rows = np.frombuffer(self._arrays[code], dtype=_OPEN_DTYPES[code]).reshape(self._open_rows, len(names))
             for j, name in enumerate(names):
                 columns[name] = rows[:, j].copy()
         columns.update(self._labels)
@@ -268,17 +269,34 @@ class RecordBuffer:
         open_bytes += sum(8 * len(labels) for labels in self._labels.values())
         return open_bytes + sum(nbytes(chunk) for sealed in self._sealed.values() for chunk in sealed)
 
+    def column(self, name: str):
+        """Every row's value of field ``name``: a new numpy array (int64, float64 or bool) for a
+        numeric field, a new list for a label field."""
+        code, sealed = self._code_of[name], self._sealed[name]
+        if code:
+            names = self._groups[code]
+            rows = np.frombuffer(self._arrays[code], dtype=_OPEN_DTYPES[code]).reshape(self._open_rows, len(names))
+            values = np.concatenate([expand(chunk) for chunk in sealed] + [rows[:, names.index(name)]])
+            return values.astype(bool) if code == "b" else values
+        return [label for chunk in sealed for label in expand(chunk)] + self._labels[name]
+
+    def iter_columns(self):
+        """``(name, values)`` per field in field order, every row: numeric fields as their own
+        numpy arrays (int64, float64 or bool), label fields as new lists. One column is built at
+        a time, so a caller that consumes them one by one holds one column beyond its own."""
+        open_columns = self._open_columns()
+        for name in self.names:
+            column, code, sealed = open_columns[name], self._code_of[name], self._sealed[name]
+            if code:
+                # concatenate copies: the values must not share memory with a buffer that may
+                # grow again.
+                values = np.concatenate([expand(chunk) for chunk in sealed] + [column])
+                yield name, (values.astype(bool) if code == "b" else values)
+            else:
+                yield name, ([label for chunk in sealed for label in expand(chunk)] + column if sealed
+                             else list(column))
+
     def frame(self) -> pd.DataFrame:
         if not self._rows:
             return record_frame([], self.record_type)   # the empty table as it always was
-        data = {}
-        for name, column in self._open_columns().items():
-            code, sealed = self._code_of[name], self._sealed[name]
-            if code:
-                # concatenate copies: the frame must not share memory with a buffer that may
-                # grow again.
-                values = np.concatenate([expand(chunk) for chunk in sealed] + [column])
-                data[name] = values.astype(bool) if code == "b" else values
-            else:
-                data[name] = [label for chunk in sealed for label in expand(chunk)] + column if sealed else list(column)
-        return pd.DataFrame({name: data[name] for name in self.names}, columns=self.names)
+        return pd.DataFrame(dict(self.iter_columns()), columns=self.names)
