@@ -31,7 +31,7 @@ def _tier_hit_columns(tier_hits: RecordBuffer, tiers, sorted_ids: np.ndarray) ->
         return {name: np.zeros(len(sorted_ids), dtype=np.int64) for name in names}
     hit_ids = tier_hits.column("request_id")
     hit_tokens = tier_hits.column("hit_tokens")
-    hit_tiers = np.array(tier_hits.column("tier"), dtype=object)
+    hit_tiers = _object_array(tier_hits.column("tier"))
     out = {}
     for name, tier in zip(names, tiers):
         rows = hit_tiers == tier
@@ -47,6 +47,12 @@ def _tier_hit_columns(tier_hits: RecordBuffer, tiers, sorted_ids: np.ndarray) ->
     return out
 
 
+def _object_array(values: list) -> np.ndarray:
+    """``values`` as a 1-D object array, whatever the values are (``np.array`` of a list would
+    nest tuples or lists into more dimensions)."""
+    return np.fromiter(values, dtype=object, count=len(values))
+
+
 def request_table(requests: RecordBuffer, tier_hits: RecordBuffer, tiers) -> pd.DataFrame:
     """The request table of ``requests`` (a buffer of RequestRecord) and ``tier_hits`` (of
     TierHitRecord) for the tier kinds ``tiers``, in order (see the module docstring)."""
@@ -59,11 +65,12 @@ def request_table(requests: RecordBuffer, tier_hits: RecordBuffer, tiers) -> pd.
     sorted_ids = ids if order is None else ids[order]
     hits = _tier_hit_columns(tier_hits, tiers, sorted_ids)
     del ids, sorted_ids
-    positions = None if order is None else order.tolist()
     data = {}
     for name, values in requests.iter_columns():
         if order is not None:
-            values = values[order] if isinstance(values, np.ndarray) else list(map(values.__getitem__, positions))
+            # A label list goes through an object array for the take (8 bytes a row while it
+            # lasts, where a list of positions would hold an int object per row throughout).
+            values = values[order] if isinstance(values, np.ndarray) else _object_array(values)[order].tolist()
         data[name] = values
         if name == "prefill_s":
             data.update(hits)
