@@ -129,12 +129,20 @@ class RecomputeClassifier:
                     size = len(values)
                     continue
             for layer in later:
-                # DenseKeyMap.get, inline: on four racks, with more instances losing the same
-                # shared keys, this lookup was a tenth of the record's time.
+                # DenseKeyMap.get and the in-span case of set, inline: on four racks, with more
+                # instances losing the same shared keys, the lookup was a tenth of the record's
+                # time; a day of the rack sets a few dozen keys per request here.
                 j = key - layer.base
-                held = layer.values[j] if 0 <= j < len(layer.values) else layer.far.get(key, 0)
+                layer_values = layer.values
+                inside = 0 <= j < len(layer_values)
+                held = layer_values[j] if inside else layer.far.get(key, 0)
                 if not held or held >> _TIER_BITS == owner:
-                    layer.set(key, code)
+                    if inside:
+                        if not held:
+                            layer.count += 1
+                        layer_values[j] = code
+                    else:
+                        layer.set(key, code)
                     break
             else:
                 if len(self._layers) < DENSE_LAYERS:
@@ -192,6 +200,8 @@ class RecomputeClassifier:
         first, *later = self._layers
         values, base = first.values, first.base
         size = len(values)
+        # Nothing is set here, so each later layer's span and dict hold for the whole call.
+        later = [(layer.base, layer.values, len(layer.values), layer.far) for layer in later]
         spill = self._spill.get(instance) or {}
         out = []
         for key in keys:
@@ -204,9 +214,9 @@ class RecomputeClassifier:
                 out.append(held & 0xFF)
                 continue
             tier = 0
-            for layer in later:
-                j = key - layer.base          # DenseKeyMap.get, inline (as in _record)
-                held = layer.values[j] if 0 <= j < len(layer.values) else layer.far.get(key, 0)
+            for layer_base, layer_values, layer_size, layer_far in later:
+                j = key - layer_base          # DenseKeyMap.get, inline (as in _record)
+                held = layer_values[j] if 0 <= j < layer_size else layer_far.get(key, 0)
                 if not held:
                     break
                 if held >> _TIER_BITS == owner:

@@ -20,3 +20,18 @@ class LRU(KeyedLeafPolicy):
 
     def key(self, node):
         return (node.last_access_s, -(node.start_block + len(node.keys)))  # -end_block, without the property call
+
+    def bind(self, cache) -> None:
+        super().bind(cache)
+        from agentsim.cache.residency import Tier
+
+        if isinstance(cache, Tier):
+            # A tier's policy ranks TierEntry proxies, whose node fields are properties: read
+            # the node's own (the same key, without three property calls per push: a day of
+            # the rack pushes a few dozen entries per request as its lower tiers fill).
+            self.key = _entry_key
+
+
+def _entry_key(entry):
+    node = entry.node
+    return (node.last_access_s, -(node.start_block + len(node.keys)))
