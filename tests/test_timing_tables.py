@@ -103,6 +103,19 @@ def test_missing_fp8_attention_data_is_timed_with_bfloat16_kernels():
     assert nearest_precision(deployment, "GEMM perf data missing for quant 'int4_wo'") is None
 
 
+def test_missing_fp8_cache_attention_data_is_timed_reading_a_bfloat16_cache_only_when_fp8_was_set():
+    message = ('perf database error: context attention data missing for ContextKey { fmha_quant: "bfloat16", '
+               'kv_quant: "fp8", n_kv_lookup: 1, head_size: 256, window_size: 0 }')
+    deployment = Deployment(model="Qwen/Qwen3.5-397B-A17B", system="h200_sxm", backend="sglang", tp=8, moe_tp=1,
+                            moe_ep=8, kv_quant="fp8")
+    nearer, note = nearest_precision(deployment, message)
+    assert nearer.kv_quant == "bfloat16" and "bfloat16 KV cache" in note
+    assert nearest_precision(nearer, message) is None
+    # The model's own default type (None) is left to the database's verdict.
+    from dataclasses import replace
+    assert nearest_precision(replace(deployment, kv_quant=None), message) is None
+
+
 def test_the_substitution_is_used_and_said_in_the_timing_reason(cache):
     deployment = Deployment(model="deepseek-ai/DeepSeek-V3", system="b200_sxm", backend="sglang", tp=8, moe_tp=8,
                             moe_ep=1, gemm_quant="fp8", moe_quant="fp8_block", max_num_tokens=1024,

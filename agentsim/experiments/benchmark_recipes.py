@@ -79,7 +79,7 @@ TRTLLM_DEEPSEEK_FLOOR_FROM = "2026-01-21"
 _DEEPSEEK_FLOOR_TOKENS = 8192
 
 
-def _measured_date(row: dict) -> str | None:
+def measured_date(row: dict) -> str | None:
     """The ``measured=YYYY-MM-DD`` of a row's ``silicon_data_source`` (None without one)."""
     source = str(row.get("silicon_data_source") or "")
     at = source.find("measured=")
@@ -91,7 +91,7 @@ def _trtllm_tokens(row: dict, clients: int) -> int | None:
     name = str(row.get("model_path") or "").lower()
     if "deepseek-r1" in name or "deepseek-v3" in name:
         tokens = (clients + int(row["isl"]) + 64 + 63) // 64 * 64
-        date = _measured_date(row)
+        date = measured_date(row)
         if date is None or date >= TRTLLM_DEEPSEEK_FLOOR_FROM:
             tokens = max(tokens, _DEEPSEEK_FLOOR_TOKENS)
         return tokens

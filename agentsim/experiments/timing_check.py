@@ -5,7 +5,8 @@ simulator as the benchmark client ran it on the real engine (:mod:`.benchmark_cl
 closed-loop clients that all start at once with requests of ``isl`` random tokens and ``osl``
 output tokens; the prediction is the mean TTFT and TPOT over the first ``10 x clients``
 requests, the initial burst included, the means the client reports. An InferenceX row's SGLang
-server gets its recipe's scheduling flags (:mod:`.benchmark_recipes`). With
+server gets its recipe's scheduling flags (:mod:`.benchmark_recipes`), and every engine the
+KV-cache type its recipe set (:mod:`.recipe_kv_cache`). With
 ``client_lengths=True`` every request's lengths are drawn as the row's client drew them
 (uniformly from ``[0.8 L, L]`` for InferenceX rows); not the default, see docs/validation.md.
 Disaggregated rows are averaged the same way; InferenceX's ones always with its lengths (their
@@ -34,6 +35,7 @@ from agentsim.config.disaggregation import pool_scenario
 from agentsim.experiments.benchmark_clients import ClientProtocol, client_protocol, length_spec
 from agentsim.experiments.benchmark_recipes import recipe_serving
 from agentsim.experiments.benchmark_rows import RowSkipped, row_scenario
+from agentsim.experiments.recipe_kv_cache import kv_bytes_at, recipe_kv_cache
 from agentsim.experiments.disaggregated_rows import pools_description
 from agentsim.hardware.timing.memory import engine_kv_capacity_tokens
 from agentsim.hardware.timing.select import build_timer, deployment_of
@@ -102,9 +104,17 @@ def _with_engine_kv(data: dict) -> dict:
     tokens = engine_kv_capacity_tokens(deployment_of(scenario))
     if tokens is None:
         return data
-    hbm_bytes = scenario.hardware.hbm_bytes_per_gpu * scenario.hardware.gpus_per_instance
-    capacity = min(tokens * scenario.model.kv_bytes_per_token, 0.95 * hbm_bytes)
     data = dict(data)
+    token_bytes = kv_bytes_at(data["model"].get("profile"), scenario.model.kv_bytes_per_token,
+                              scenario.serving.precision.kv_cache)
+    if token_bytes != scenario.model.kv_bytes_per_token:
+        # The profile counts BF16 values; the engine stores the recipe's FP8 (half the bytes).
+        data["model"] = {**data["model"], "kv_bytes_per_token": token_bytes}
+        scenario = scenario_from_dict(data, source="check-timing")
+    hbm_bytes = scenario.hardware.hbm_bytes_per_gpu * scenario.hardware.gpus_per_instance
+    # Never more than the HBM the simulator's own weight model leaves (its weights can count
+    # more than the engine's memory model, e.g. for hybrid-attention layers).
+    capacity = min(tokens * scenario.model.kv_bytes_per_token, 0.95 * hbm_bytes, hbm_bytes - scenario.weights_bytes())
     data["hardware"] = {**data["hardware"], "kv_capacity_bytes": capacity}
     if scenario.serving.disaggregation is not None:
         # The prefill pool is the aggregated deployment above; the decode pool has its own.
@@ -172,6 +182,9 @@ def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: b
         # The scheduling flags the benchmark's recipe launched the server with.
         serving = data["serving"]
         recipe = recipe_serving(row, serving["max_num_seqs"], serving["parallelism"]["tp"])
+        kv_cache = recipe_kv_cache(row)
+        if kv_cache is not None:  # the KV-cache type it set (its capacity, its decode reads)
+            recipe["precision"] = {**serving.get("precision", {}), "kv_cache": kv_cache}
         data = {**data, "serving": {**serving, **recipe}}
     try:
         data = _with_engine_kv(data)

@@ -8,6 +8,9 @@ at the nearest dtype that was measured, and the timing reason says so:
 
 * FP8 attention (``fmha_quant``) -> bfloat16 attention kernels: the same FLOPs at the bf16
   tensor rate, so an upper bound for the attention part of a step (the rest stays measured);
+* an FP8 KV cache set for the deployment (``kv_quant: fp8``) -> attention timed reading a
+  bfloat16 cache: twice the bytes,
+  an upper bound for the attention part (the cache's capacity is the FP8 one all the same);
 * FP8 per-tensor MoE or GEMM <-> FP8 block-scaled: the same FP8 tensor-core rate; the block
   scales change the kernel a little, not the arithmetic.
 
@@ -33,6 +36,10 @@ def nearest_precision(deployment: Deployment, message: str) -> tuple[Deployment,
         if deployment.fmha_quant != "bfloat16":
             return (replace(deployment, fmha_quant="bfloat16"),
                     "attention timed with bfloat16 kernels (the database has no FP8 attention data)")
+    if re.search(r"(MLA|attention|FMHA) data missing", message, re.IGNORECASE) and 'kv_quant: "fp8' in message:
+        if deployment.kv_quant == "fp8":  # set for the deployment (None: the model's own default)
+            return (replace(deployment, kv_quant="bfloat16"),
+                    "attention timed reading a bfloat16 KV cache (the database has no FP8-cache attention data)")
     moe = re.search(r'MoE data missing for MoeKey \{ quant: "(\w+)"', message)
     if moe and moe.group(1) in _FP8_TWIN and deployment.moe_quant in (moe.group(1), None):
         twin = _FP8_TWIN[moe.group(1)]
