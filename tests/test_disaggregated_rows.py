@@ -144,6 +144,23 @@ def test_rows_without_worker_counts_take_the_recipe_they_ran():
     assert scenario.workload.agent_classes["client"].arrival.concurrent == 90
 
 
+def test_a_dp_recipe_with_fewer_expert_ranks_than_gpus_splits_the_rest_by_tensor():
+    """B300 FP8 at 128 clients ran a DP prefill worker of ``tp 4, ep 1``: attention over 4 DP
+    ranks, the experts TP-4 (TensorRT-LLM's moe_tp = tp / ep). The pool must say so, and the
+    scenario must load: moe_tp 1 x moe_ep 1 on 4 GPUs is no split of the experts."""
+    from agentsim.experiments.disagg_recipes import recipe_pools
+
+    row = {**RECIPE_ROW, "id": "2026_04_06_deepseek_r1_b300_sxm_trtllm_fp8_disagg_1024x1024_c128_tp4_ep1_1694",
+           "system": "b300_sxm", "precision": "fp8", "prefill_moe_ep_size": 1.0, "decode_moe_ep_size": 1.0,
+           "silicon_data_source": "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=128; "
+                                  "measured=2026-02-12T00:00:00.000Z; wip=False"}
+    prefill, decode, _ = recipe_pools(row, 128)
+    assert prefill["parallelism"] == {"tp": 1, "pp": 1, "attention_dp": 4, "moe_tp": 4, "moe_ep": 1}
+    assert decode["parallelism"]["moe_tp"] * decode["parallelism"]["moe_ep"] == decode["gpus_per_worker"]
+    pools = scenario_from_dict(disaggregated_row_scenario(row, aggregated)).serving.disaggregation
+    assert (pools.prefill.parallelism.moe_tp, pools.prefill.parallelism.moe_ep) == (4, 1)
+
+
 def test_a_recipe_without_a_batch_spreads_the_clients_over_the_decode_workers():
     """SGLang's recipe (low latency on GB300: 1 prefill and 4 decode workers of TP4) names no
     batch: 16 clients over 4 decode workers hold 4 slots each."""

@@ -22,7 +22,8 @@ several deployments of one version, is emulated as the first one without MTP and
 ``ambiguous``.
 
 A pool's worker is ``tp`` GPUs; with ``dp-attn`` its attention runs ``tp`` data-parallel ranks
-(TP 1 each), its experts ``ep``-way. The decode worker's most sequences is the recipe's
+(TP 1 each); either way its experts are split ``ep``-way by expert and ``tp / ep``-way by
+tensor (so ``tp 4, ep 1`` runs TP-4 experts). The decode worker's most sequences is the recipe's
 ``batchN`` (TensorRT-LLM's ``max_batch_size``, per attention-DP rank) when its file name gives
 one, else the clients spread evenly over the decode workers (every client holds a slot, as the
 benchmark's concurrency is chosen to fit). That assumption is what a row's TPOT tests: the
@@ -114,8 +115,12 @@ def _number(value) -> float | None:
 
 
 def _pool(workers: int, tp: int, ep: int, dp_attn: bool, max_seqs: int | None) -> dict:
-    parallelism = ({"tp": 1, "pp": 1, "attention_dp": tp, "moe_tp": 1, "moe_ep": ep} if dp_attn
-                   else {"tp": tp, "pp": 1, "attention_dp": 1, "moe_tp": max(1, tp // ep), "moe_ep": ep})
+    # The experts are split over all ``tp`` GPUs either way, ``ep``-way by expert and the rest by
+    # tensor (TensorRT-LLM's Mapping and SGLang both take moe_tp = tp / ep): a DP worker of
+    # ``tp 4, ep 1`` runs TP-4 experts, not one whole copy of them per GPU.
+    moe = {"moe_tp": max(1, tp // ep), "moe_ep": ep}
+    parallelism = ({"tp": 1, "pp": 1, "attention_dp": tp, **moe} if dp_attn
+                   else {"tp": tp, "pp": 1, "attention_dp": 1, **moe})
     entry = {"workers": workers, "gpus_per_worker": tp, "parallelism": parallelism}
     if max_seqs:
         entry["max_num_seqs"] = max_seqs
