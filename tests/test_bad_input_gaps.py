@@ -1,0 +1,60 @@
+"""The bad-input catalogue, continued: the last gaps of the reliability pass (docs/errors.md,
+"Metrics, capacities and the last gaps").
+
+Each case used to break the promise: a sweep's misspelt ``metrics:`` name was only warned about
+after every cell had run (and ``--dry-run`` said nothing); ``replay --capacity-blocks`` took any
+count, so a policy that sizes its state by its capacity allocated it before the first request
+(W-TinyLFU's sketch: a MemoryError traceback), and ``1e20`` blocks ran with exit 0. Same harness
+and requirements as :mod:`tests.test_bad_input_catalogue`, run in a 2 GiB address space with a
+wall-time bound.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.test_bad_input_catalogue import MOONCAKE_OK, Case, _trace, case_registrar, check_refused
+from tests.test_bad_input_hostile import _sweep
+from tests.test_bad_input_limits import MAX_MEMORY_BYTES, MAX_WALL_S
+
+CASES: list[Case] = []
+case = case_registrar(CASES)
+
+
+# --- a sweep's metrics: checked before any cell runs -----------------------------------------------------
+def _metric_case(id: str, metrics: str, index: int, fragments: list[str], dry_run: bool):
+    def build(tmp: Path):
+        body = f"set: {{duration_s: 20s}}\naxes:\n  grid:\n    seed: [1]\nmetrics: {metrics}\n"
+        path = _sweep(tmp, body)
+        argv = ["sweep", str(path), "--out", str(tmp / "sweep-out"), "--quiet", "--workers", "1"]
+        return argv + (["--dry-run"] if dry_run else []), [f"{path}: line 7", f"metrics[{index}]", *fragments]
+    CASES.append(Case(id, build))
+
+
+_metric_case("sweep-metric-unknown", "[ttft_p99_s, hit_ratioo]", 1,
+             ["unknown metric 'hit_ratioo'", "did you mean 'hit_ratio'"], dry_run=False)
+_metric_case("sweep-metric-unknown-dry-run", "[ttft_p99]", 0,
+             ["unknown metric 'ttft_p99'", "did you mean"], dry_run=True)
+_metric_case("sweep-metric-per-class-on-one-class", "[by_agent_class.coding.hit_ratio]", 0,
+             ["unknown metric 'by_agent_class.coding.hit_ratio'"], dry_run=False)
+
+
+# --- replay: a capacity checked before the policy is built ----------------------------------------------
+def _capacity_case(id: str, blocks: str, policy: str):
+    def build(tmp: Path):
+        path = _trace(tmp, "t.jsonl", MOONCAKE_OK)
+        return (["replay", str(path), "--json", "--capacity-blocks", blocks, "--policy", policy],
+                ["--capacity-blocks", "exceed the limit", "limits.max_blocks_per_tier", "--capacity-fraction 1"])
+    CASES.append(Case(id, build))
+
+
+_capacity_case("replay-capacity-blocks-over-limit", "100000000000000000000", "lru")
+_capacity_case("replay-capacity-blocks-over-limit-sized-policy", "10000000000", "w_tinylfu")
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
+def test_bad_input(case: Case, tmp_path: Path):
+    tmp, wall_s = check_refused(case, tmp_path, max_memory_bytes=MAX_MEMORY_BYTES)
+    assert wall_s < MAX_WALL_S, f"took {wall_s:.1f} s"
