@@ -4,7 +4,9 @@
 Each case used to break the promise: a sweep's misspelt ``metrics:`` name was only warned about
 after every cell had run (and ``--dry-run`` said nothing); ``replay --capacity-blocks`` took any
 count, so a policy that sizes its state by its capacity allocated it before the first request
-(W-TinyLFU's sketch: a MemoryError traceback), and ``1e20`` blocks ran with exit 0. Same harness
+(W-TinyLFU's sketch: a MemoryError traceback), and ``1e20`` blocks ran with exit 0; a ``fit:``
+reference took a quantity of another kind (tokens as a gap in seconds) without a word, and a fit
+file whose spec is itself a fit reference was blamed on the spec's sign. Same harness
 and requirements as :mod:`tests.test_bad_input_catalogue`, run in a 2 GiB address space with a
 wall-time bound.
 """
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_bad_input_catalogue import MOONCAKE_OK, Case, _trace, case_registrar, check_refused
+from tests.test_bad_input_catalogue import FITS, MOONCAKE_OK, Case, _mutated, _run, _trace, case_registrar, check_refused
 from tests.test_bad_input_hostile import _sweep
 from tests.test_bad_input_limits import MAX_MEMORY_BYTES, MAX_WALL_S
 
@@ -52,6 +54,25 @@ def _capacity_case(id: str, blocks: str, policy: str):
 
 _capacity_case("replay-capacity-blocks-over-limit", "100000000000000000000", "lru")
 _capacity_case("replay-capacity-blocks-over-limit-sized-policy", "10000000000", "w_tinylfu")
+
+
+# --- fit: references to a quantity of another kind, or to a reference -------------------------------------
+def _fit_file_case(id: str, quantity: str, fragments: list[str]):
+    """``tool_gap_s`` (a time in seconds) given the fit file ``quantity``'s body."""
+    def build(tmp: Path):
+        fit = tmp / "mine.yaml"
+        fit.write_text(f"quantities:\n  tool_gap:\n{quantity}".replace("SELF", str(fit)))
+        path, line = _mutated(tmp, f"{FITS}#tool_gap", f"{fit}#tool_gap")
+        return _run(tmp, path), [str(path), f"line {line}", "tool_gap_s.fit", *fragments]
+    CASES.append(Case(id, build))
+
+
+_fit_file_case("scenario-fit-unit-of-wrong-kind", "    unit: tokens\n    spec: {dist: constant, value: 5000}\n",
+               ["'tool_gap'", "is in 'tokens'", "tool_gap_s is a time in seconds"])
+_fit_file_case("scenario-fit-time-in-other-unit", "    unit: ms\n    spec: {dist: constant, value: 5000}\n",
+               ["is in 'ms'", "a time in seconds"])
+_fit_file_case("scenario-fit-spec-is-a-reference", "    unit: s\n    spec: {fit: SELF#tool_gap}\n",
+               ["itself a fit reference"])
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
