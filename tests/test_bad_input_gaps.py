@@ -6,7 +6,10 @@ after every cell had run (and ``--dry-run`` said nothing); ``replay --capacity-b
 count, so a policy that sizes its state by its capacity allocated it before the first request
 (W-TinyLFU's sketch: a MemoryError traceback), and ``1e20`` blocks ran with exit 0; a ``fit:``
 reference took a quantity of another kind (tokens as a gap in seconds) without a word, and a fit
-file whose spec is itself a fit reference was blamed on the spec's sign. Same harness
+file whose spec is itself a fit reference was blamed on the spec's sign; ``plan --slo`` on a text
+metric and ``--resolution 1e-300`` gave tracebacks and ``--resolution 2s`` on a bytes axis was
+read as 2 bytes; a measured-runs CSV naming a column twice, or a row cut short, was read
+without a word (or blamed on NaN in whichever column came first). Same harness
 and requirements as :mod:`tests.test_bad_input_catalogue`, run in a 2 GiB address space with a
 wall-time bound.
 """
@@ -17,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_bad_input_catalogue import FITS, MOONCAKE_OK, Case, _mutated, _run, _trace, case_registrar, check_refused
-from tests.test_bad_input_hostile import _sweep
+from tests.test_bad_input_catalogue import (BASE, FITS, MOONCAKE_OK, Case, _mutated, _run, _scenario, _trace,
+                                            case_registrar, check_refused)
+from tests.test_bad_input_hostile import _measured_csv, _sweep
+from tests.test_bad_input_surfaces import PLAN_SLO, PLAN_VARY
 from tests.test_bad_input_limits import MAX_MEMORY_BYTES, MAX_WALL_S
 
 CASES: list[Case] = []
@@ -73,6 +78,38 @@ _fit_file_case("scenario-fit-time-in-other-unit", "    unit: ms\n    spec: {dist
                ["is in 'ms'", "a time in seconds"])
 _fit_file_case("scenario-fit-spec-is-a-reference", "    unit: s\n    spec: {fit: SELF#tool_gap}\n",
                ["itself a fit reference"])
+
+
+# --- plan: an SLO on a number, a resolution the axis can use -------------------------------------------
+def _plan(id: str, extra: list[str], fragments: list[str], slo=PLAN_SLO):
+    def build(tmp: Path):
+        scenario = _scenario(tmp, BASE, "ok.yaml")
+        return ["plan", str(scenario), *slo, *PLAN_VARY, "--out", str(tmp / "plan-out"), *extra], fragments
+    CASES.append(Case(id, build))
+
+
+_plan("plan-slo-metric-not-a-number", [], ["--slo", "policy<=2", "is not a number"], slo=["--slo", "policy<=2"])
+_plan("plan-resolution-too-fine", ["--resolution", "1e-300"], ["--resolution", "steps", "coarser"])
+_plan("plan-resolution-unit-of-wrong-kind", ["--resolution", "2s"], ["--resolution", "'2s' is a time", "bytes"])
+
+
+# --- check-timing: the shape of the CSV ------------------------------------------------------------------
+@case("check-timing-duplicate-column")
+def _csv_duplicate_column(tmp):
+    def edit(text: str) -> str:
+        lines = text.splitlines()
+        return "\n".join([lines[0] + ",isl"] + [line + ",5" for line in lines[1:]]) + "\n"
+    path = _measured_csv(tmp, edit)
+    return ["check-timing", str(path)], [str(path), "line 1", "column 'isl' appears twice"]
+
+
+@case("check-timing-row-cut-short")
+def _csv_short_row(tmp):
+    def edit(text: str) -> str:
+        lines = text.splitlines()
+        return "\n".join([lines[0], ",".join(lines[1].split(",")[:3])] + lines[2:]) + "\n"
+    path = _measured_csv(tmp, edit)
+    return ["check-timing", str(path)], [str(path), "line 2", "a row of 3 fields"]
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
