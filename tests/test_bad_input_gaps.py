@@ -9,7 +9,8 @@ reference took a quantity of another kind (tokens as a gap in seconds) without a
 file whose spec is itself a fit reference was blamed on the spec's sign; ``plan --slo`` on a text
 metric and ``--resolution 1e-300`` gave tracebacks and ``--resolution 2s`` on a bytes axis was
 read as 2 bytes; a measured-runs CSV naming a column twice, or a row cut short, was read
-without a word (or blamed on NaN in whichever column came first). Same harness
+without a word (or blamed on NaN in whichever column came first); a timed replay of a trace
+request of 10^20 tokens overflowed a machine integer deep in the run (a traceback). Same harness
 and requirements as :mod:`tests.test_bad_input_catalogue`, run in a 2 GiB address space with a
 wall-time bound.
 """
@@ -112,7 +113,38 @@ def _csv_short_row(tmp):
     return ["check-timing", str(path)], [str(path), "line 2", "a row of 3 fields"]
 
 
+# --- timed replay: one sequence's tokens within the scenario's limit ---------------------------------------
+@case("replay-trace-request-over-token-limit")
+def _trace_tokens_over_limit(tmp):
+    path = _trace(tmp, "t.jsonl", MOONCAKE_OK + '{"timestamp": 5, "input_length": 100000000000000000000, '
+                  '"output_length": 5, "hash_ids": [0, 1, 2]}\n')
+    return (["replay", str(path), "--json", "--mode", "open-loop"],
+            [str(path), "request 2", "100,000,000,000,000,000,000 prompt", "limits.max_prompt_tokens"])
+
+
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
 def test_bad_input(case: Case, tmp_path: Path):
     tmp, wall_s = check_refused(case, tmp_path, max_memory_bytes=MAX_MEMORY_BYTES)
     assert wall_s < MAX_WALL_S, f"took {wall_s:.1f} s"
+
+
+@pytest.mark.parametrize("gzip_it", [False, True])
+def test_a_byte_order_mark_before_the_first_record_is_read(tmp_path: Path, gzip_it: bool):
+    """A UTF-8 byte-order mark (Windows tools write one) made the first line "not JSON"; the
+    trace now reads as it does without it."""
+    import gzip
+    import json
+
+    from tests.conftest import run_cli
+
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(MOONCAKE_OK * 3)
+    data = b"\xef\xbb\xbf" + (MOONCAKE_OK * 3).encode()
+    marked = tmp_path / ("marked.jsonl.gz" if gzip_it else "marked.jsonl")
+    marked.write_bytes(gzip.compress(data) if gzip_it else data)
+    results = []
+    for path in (plain, marked):
+        proc = run_cli("replay", str(path), "--json", "--capacity-blocks", "4")
+        assert proc.returncode == 0, proc.stderr
+        results.append({k: v for k, v in json.loads(proc.stdout).items() if k not in ("trace", "load_time_s", "replay_time_s")})
+    assert results[0] == results[1] and results[0]["hit_blocks"] == 6
