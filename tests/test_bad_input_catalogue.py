@@ -518,6 +518,7 @@ def test_catalogue_is_documented():
     from tests.test_bad_input_hostile import CASES as HOSTILE_CASES
     from tests.test_bad_input_deployment import CASES as DEPLOYMENT_CASES
     from tests.test_bad_input_surfaces import CASES as SURFACE_CASES
+    from tests.test_bad_input_gaps import CASES as GAP_CASES
 
     assert documented == {c.id for c in CASES + LIMIT_CASES + OUTPUT_CASES + HOSTILE_CASES + DEPLOYMENT_CASES
-                          + SURFACE_CASES}
+                          + SURFACE_CASES + GAP_CASES}

@@ -31,3 +31,19 @@ def test_replay_refuses_a_cache_that_does_not_fit_beside_the_weights(tmp_path):
     proc = run_cli("replay", str(trace), "--mode", "open-loop", "--capacity-blocks", "240000", "--json")
     assert proc.returncode == 2, proc.stderr
     assert "kv_capacity_bytes" in proc.stderr and "weights" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("part, enum", [("weights", "GEMMQuantMode"), ("moe", "MoEQuantMode")])
+def test_every_precision_the_loader_accepts_sizes_the_weights(part, enum):
+    """Each quantisation mode aiconfigurator-core defines is sized at its own bytes per parameter
+    (block scales where agentsim states them), not at the published format: int8_wo, fp8_static,
+    sq, w4afp8, ... used to leave Llama-3.1-70B at its 141 GB of BF16."""
+    common = pytest.importorskip("aiconfigurator_core.sdk.common")
+    from agentsim.config.weights import PRECISION_BYTES_PER_PARAM
+
+    for mode in getattr(common, enum):
+        scenario = scenario_from_dict({**DEFAULT_SCENARIO, "model": {"profile": "llama31_70b"},
+                                       "serving": {**DEFAULT_SCENARIO.get("serving", {}),
+                                                   "precision": {part: mode.name}}}, source="test")
+        expected = PRECISION_BYTES_PER_PARAM.get(mode.name, mode.value.memory)
+        assert scenario.weights_bytes() == pytest.approx(scenario.model.total_params * expected), mode.name

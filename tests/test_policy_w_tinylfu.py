@@ -58,3 +58,39 @@ def test_w_tinylfu_counts_a_run_access_as_its_blocks():
     replay_sequence(RadixCache(200, policy), prompts)
     # Block accesses: 50 new blocks per insert and every hit run's blocks; the sample is 10 x 200.
     assert policy.sketch.resets >= 1
+
+
+def test_the_sketch_of_a_huge_capacity_is_bounded_and_byte_sized():
+    """A capacity of 2^32 blocks (the per-tier limit) used to allocate 4 x 2^32 list slots
+    (137 GB) before the first request; rows are bytes now and at most MAX_WIDTH wide."""
+    import tracemalloc
+
+    from agentsim.cache.policies._sketch import MAX_WIDTH
+
+    tracemalloc.start()
+    sketch = FrequencySketch(width=2**32, sample_size=10 * 2**32)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert sketch.width == MAX_WIDTH and peak < 4 * MAX_WIDTH + 2**20
+    for _ in range(20):
+        sketch.increment(12345)
+    assert sketch.estimate(12345) == 15                       # saturating 4-bit counters, as before
+
+
+def test_a_small_sketch_halves_at_its_sample_size():
+    sketch = FrequencySketch(width=64, sample_size=8)
+    for _ in range(7):
+        sketch.increment(7)
+    assert sketch.estimate(7) == 7
+    sketch.increment(7)                                       # the 8th access: every counter halved
+    assert sketch.estimate(7) == 4 and sketch.resets == 1
+
+
+def test_replay_at_the_block_limit_runs_in_two_gib(tmp_path):
+    from tests.conftest import run_cli
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [0, 1, 2]}\n')
+    proc = run_cli("replay", str(trace), "--json", "--capacity-blocks", str(2**32), "--policy", "w_tinylfu",
+                   max_memory_bytes=2 * 1024**3)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -163,14 +163,30 @@ def test_rerun_skips_finished_runs(tmp_path, small_scenario_yaml):
     assert victim.exists()
 
 
-def test_misspelt_metric_is_reported_with_the_closest_key(tmp_path, small_scenario_yaml):
+def test_misspelt_metric_is_refused_before_any_run(tmp_path, small_scenario_yaml):
+    from agentsim.errors import InputError
+
     sweep = load_sweep(write_sweep(tmp_path, small_scenario_yaml, """
 set: {duration_s: 1m}
-metrics: [hit_ratoi, ttft_p99_s, no_such_thing_at_all]
+metrics: [ttft_p99_s, hit_ratoi, no_such_thing_at_all]
+axes: {grid: {hardware.kv_capacity_bytes: [1GB]}}
+"""))
+    with pytest.raises(InputError) as error:
+        run_sweep(sweep, tmp_path / "out", LocalExecutor(workers=1))
+    message = error.value.render()
+    assert "metrics[1]" in message and "'hit_ratoi'" in message and "did you mean 'hit_ratio'" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_misspelt_nested_metric_is_reported_with_the_closest_key(tmp_path, small_scenario_yaml):
+    # A name under a known key (its nested keys can depend on the cell) is judged after the runs.
+    sweep = load_sweep(write_sweep(tmp_path, small_scenario_yaml, """
+set: {duration_s: 1m}
+metrics: [queue_wait_by_cause_s.slott, ttft_p99_s]
 axes: {grid: {hardware.kv_capacity_bytes: [1GB]}}
 """))
     report = run_sweep(sweep, tmp_path / "out", LocalExecutor(workers=1))
-    assert report.unknown_metrics == {"hit_ratoi": "hit_ratio", "no_such_thing_at_all": ""}
+    assert report.unknown_metrics == {"queue_wait_by_cause_s.slott": "queue_wait_by_cause_s.slot"}
 
 
 def test_failing_cell_is_recorded_and_sweep_continues(tmp_path, small_scenario_yaml):

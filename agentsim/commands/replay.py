@@ -98,6 +98,10 @@ def register(app: typer.Typer) -> None:
         _choice(mode, MODES, "--mode")
         if capacity_blocks is not None and capacity_fraction is not None:
             raise InputError("give either --capacity-blocks or --capacity-fraction, not both", "command line")
+        if capacity_blocks is not None and mode == "cache-only":
+            from agentsim.replay.cache_only import check_capacity_blocks
+
+            check_capacity_blocks(capacity_blocks)  # before the trace is read (timed modes: the scenario's limit)
         if out is not None:
             from agentsim.results import prepare_out_dir
 

@@ -201,6 +201,7 @@ def register(app: typer.Typer) -> None:
         Rerunning with the same --out skips finished runs (failed runs are retried).
         """
         from agentsim.experiments.executors import check_dask_address, make_executor
+        from agentsim.experiments.metric_names import check_sweep_metrics
         from agentsim.experiments.spec import check_baseline, expand_cells, load_sweep
         from agentsim.experiments.stats import cell_regimes
         from agentsim.experiments.sweep import ScenarioBuilder, no_valid_cell, plan_runs, run_sweep
@@ -218,6 +219,7 @@ def register(app: typer.Typer) -> None:
             errors = {run.cell_index: run.error for run in planned if run.task is None}
             if cells and len(errors) == len(cells):
                 raise no_valid_cell(sweep, errors[cells[0].index])
+            check_sweep_metrics(sweep, builder, cells, {c.index for c in cells if c.index not in errors})
             for cell in cells:
                 console.print(f"{cell.index:4d}  {cell.label}", overflow="fold", soft_wrap=False)
                 if cell.index in errors:

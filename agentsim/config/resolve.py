@@ -94,6 +94,32 @@ def find_fit_file(file_part: str, base_dir: Path, fallback_dirs, source: str, lo
                      source, location)
 
 
+#: The kind of quantity a fit file's ``unit`` states (``agentsim fit`` writes s, tokens, calls,
+#: sub-agents); a unit not listed is a count.
+_FIT_UNIT_KINDS = {"s": "time", "ms": "time", "us": "time", "min": "time", "m": "time", "h": "time",
+                   "tokens": "tokens", "token": "tokens"}
+
+
+def _field_kind(name: str) -> str:
+    """What a scenario field holds, by its name's unit suffix (``tool_gap_s`` a time in seconds,
+    ``task_tokens`` tokens, ``fanout`` or ``calls_per_session`` a count)."""
+    return "time" if name.endswith("_s") else "tokens" if name.endswith("_tokens") else "count"
+
+
+def _check_fit_unit(unit, path: tuple, quantity: str, file_part: str, source: str, location: str) -> None:
+    """Raise InputError if the fitted quantity's ``unit`` is of another kind than the field it
+    is given to (token counts as a gap in seconds), or a time in another unit than seconds: the
+    samples would be read as the field's unit without a word."""
+    if not isinstance(unit, str):
+        return  # a hand-written fit without a unit: nothing to compare
+    name = next((part for part in reversed(path) if isinstance(part, str)), "")
+    want, have = _field_kind(name), _FIT_UNIT_KINDS.get(unit.strip(), "count")
+    if want != have or (have == "time" and unit.strip() != "s"):
+        said = {"time": "a time in seconds", "tokens": "a number of tokens", "count": "a count"}[want]
+        raise InputError(f"quantity {quantity!r} in {file_part!r} is in {unit!r}, but {name} is {said}: "
+                         "reference a quantity of that kind", source, location)
+
+
 def resolve_fit_references(data: dict, base_dir: Path, source: str, lines: dict, fallback_dirs=()) -> dict:
     """Replace every ``{fit: FILE#quantity, ...}`` mapping by the fitted spec (clip keys kept).
 
@@ -114,6 +140,10 @@ def resolve_fit_references(data: dict, base_dir: Path, source: str, lines: dict,
         spec = entry.get("spec") if isinstance(entry, dict) else None
         if not isinstance(spec, dict):
             raise InputError(f"quantity {quantity!r} in {file_part!r} has no 'spec'", source, location)
+        if "fit" in spec:  # resolved once: a fit inside a fit file would be read as no distribution at all
+            raise InputError(f"quantity {quantity!r} in {file_part!r} is itself a fit reference; a fit file holds "
+                             "fitted specs (write it with `agentsim fit`)", source, location)
+        _check_fit_unit(entry.get("unit"), path, quantity, file_part, source, location)
         resolved = dict(spec)
         for key in ("min", "max", "round"):
             if key in node:

@@ -59,11 +59,41 @@ class RowSkipped(Exception):
     """This row cannot be emulated; the message says why."""
 
 
+def _check_record_shape(text: str, path: Path) -> None:
+    """InputError for a header naming a column twice (pandas renames the second ``isl.1`` and
+    the first is read without a word: which was meant?) or a record with fewer fields than the
+    header (pandas fills the missing cells with NaN, later blamed on whichever column is checked
+    first). Lines are the records' first lines, quoted newlines counted (``csv`` reader)."""
+    import csv
+
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = next(reader, None)
+        if header is None:
+            return
+        seen: dict[str, int] = {}
+        for index, name in enumerate(header, 1):
+            name = name.strip().lstrip("\ufeff")
+            if name and name in seen:
+                raise InputError(f"column {name!r} appears twice in the header (columns {seen[name]} and {index}): "
+                                 "which one is meant?", str(path), "line 1")
+            seen[name] = index
+        start = reader.line_num + 1
+        for record in reader:
+            if record and len(record) < len(header):
+                raise InputError(f"a row of {len(record)} fields under a header of {len(header)} columns "
+                                 "(cut off, or written with another separator?)", str(path), f"line {start}")
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        raise InputError(f"not a CSV file ({exc})", str(path), f"line {reader.line_num}") from None
+
+
 def read_rows(path: Path) -> pd.DataFrame:
     """The rows of a measured-runs CSV; a clear InputError (file, line) for a missing file,
     a missing column, a non-positive number or a duplicate id."""
     # A regular file within the input budget: a pipe or a device must not hang the command.
     text = read_input_text(path, "CSV file")
+    _check_record_shape(text, path)
     try:
         frame = pd.read_csv(io.StringIO(text))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:

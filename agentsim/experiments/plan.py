@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from agentsim.config.units import UnitError, parse_duration
+from agentsim.config.units import UnitError, parse_bandwidth, parse_bytes, parse_duration, parse_flops
 from agentsim.errors import InputError, did_you_mean
 from agentsim.experiments.runs import RunTask, scenario_key
 from agentsim.experiments.stats import mean_ci
@@ -76,6 +76,12 @@ def _require_metrics(slos: list[Slo], summary: dict) -> None:
     if missing:
         hint = "; ".join(f"{m!r}{did_you_mean(m, summary)}" for m in missing)
         raise InputError(f"unknown summary metric {hint}", "--slo")
+    for slo in slos:  # text (the policy's name) or a mapping compares with no threshold
+        value = summary[slo.metric]
+        if value is not None and not isinstance(value, (int, float)):
+            raise InputError(f"summary metric {slo.metric!r} is not a number (it holds {type(value).__name__} "
+                             f"values such as {str(value)[:40]!r}); an SLO compares a number with its threshold",
+                             "--slo", str(slo))
 
 
 def check_slo_metrics(builder: ScenarioBuilder, slos: list[Slo]) -> None:
@@ -171,9 +177,14 @@ def parse_vary(text: str, builder: ScenarioBuilder, resolution: str | None = Non
     if match and match.group(2) and float(match.group(1)) != 0:
         scale, suffix = low / float(match.group(1)), match.group(2)
     if resolution is not None:
+        _check_resolution_unit(resolution, low_raw)
         step = _option_number(builder, path, resolution, "--resolution", resolution)
         if not math.isfinite(step) or step <= 0:
             raise InputError(f"the resolution must be positive, got {resolution!r}", "--resolution")
+        if not (high - low) / step <= MAX_GRID_STEPS:
+            raise InputError(f"a resolution of {resolution} divides {low_raw}..{high_raw} into "
+                             f"{(high - low) / step:.3g} steps, more than the {MAX_GRID_STEPS:.3g} a float "
+                             "axis can tell apart; choose a coarser one", "--resolution")
     else:
         # About 32 grid steps, rounded down to a 1/2/2.5/5 x 10^k step in the bounds' unit so
         # the values tried read well (20GB..200GB -> 5GB).
@@ -189,6 +200,36 @@ def parse_vary(text: str, builder: ScenarioBuilder, resolution: str | None = Non
         except InputError as exc:
             raise InputError(f"{path}={axis.label(value)} is not a valid scenario: {exc.render()}", "--vary", text) from None
     return axis
+
+
+#: Grid steps of a search at most: a float has 53 bits, so finer steps name the same values.
+MAX_GRID_STEPS = 2.0 ** 52
+
+
+def _unit_kinds(raw: str) -> set[str]:
+    """The kinds of unit (bytes, time, bandwidth, flops) ``raw``'s suffix reads as; empty for a
+    plain number."""
+    match = _NUMBER_PART.match(raw)
+    if not match or not match.group(2):
+        return set()
+    kinds = set()
+    for kind, parse in (("bytes", parse_bytes), ("time", parse_duration), ("bandwidth", parse_bandwidth),
+                        ("flops", parse_flops)):
+        try:
+            parse(raw)
+            kinds.add(kind)
+        except (UnitError, ValueError):
+            pass
+    return kinds
+
+
+def _check_resolution_unit(resolution: str, low_raw: str) -> None:
+    """InputError for a resolution in a unit of another kind than the axis bounds (``2s`` on
+    ``1GB..8GB`` was read as 2 bytes)."""
+    have, want = _unit_kinds(resolution), _unit_kinds(low_raw)
+    if have and want and not have & want:
+        raise InputError(f"the resolution {resolution!r} is a {'/'.join(sorted(have))} but the axis bounds "
+                         f"({low_raw}) are {'/'.join(sorted(want))}", "--resolution")
 
 
 def _option_number(builder: ScenarioBuilder, path: str, raw: str, option: str, text: str) -> float:

@@ -28,6 +28,7 @@ from agentsim.config.yaml_paths import LineMap
 from agentsim.engine.loading import scenario_from_dict
 from agentsim.config.units import UnitError, parse_bandwidth, parse_bytes, parse_duration, parse_flops
 from agentsim.errors import InputError, closest_name
+from agentsim.experiments.metric_names import check_sweep_metrics
 from agentsim.experiments.runs import RunOutcome, RunTask, scenario_key
 from agentsim.experiments.spec import Cell, LoadedSweep, baseline_index, check_baseline, expand_cells, format_value
 from agentsim.experiments.stats import cell_statistics, numeric_metrics, paired_differences
@@ -305,6 +306,7 @@ def run_sweep(sweep: LoadedSweep, out_dir: str | Path, executor,
     invalid = [run for run in planned if run.task is None]
     if planned and len(invalid) == len(planned):
         raise no_valid_cell(sweep, invalid[0].error)
+    check_sweep_metrics(sweep, builder, cells, {run.cell_index for run in planned if run.task is not None})
     store = SweepStore(out_dir)
     manifest = {"name": sweep.spec.name, "sweep_file": sweep.source, "base": str(sweep.base_path), "seeds": seeds,
                 "cells": [{"index": c.index, "cell_id": cell_ids[c.index], "label": c.label,

@@ -130,6 +130,22 @@ def make_policy(name: str, params: dict | None = None, param_items: list[str] | 
     return EVICTION_POLICIES.get(name)(validated)
 
 
+def check_capacity_blocks(capacity_blocks: int) -> None:
+    """Raise InputError unless ``capacity_blocks`` is positive and within the blocks one tier
+    may hold (``limits.max_blocks_per_tier``, the scenario limit): a policy sizes its state by
+    its capacity before the first request, so a capacity of 10^20 blocks must be refused, not
+    allocated. No trace has that many blocks: ``--capacity-fraction 1`` holds every block of it."""
+    from agentsim.config.limits import Limits
+
+    if capacity_blocks <= 0:
+        raise InputError(f"--capacity-blocks must be positive, got {capacity_blocks}", "command line")
+    limit = Limits().max_blocks_per_tier
+    if capacity_blocks > limit:
+        raise InputError(f"{capacity_blocks:,} blocks exceed the limit of {limit:,} blocks per tier "
+                         "(limits.max_blocks_per_tier); to hold every block of the trace use --capacity-fraction 1",
+                         "--capacity-blocks")
+
+
 def resolve_capacity(unique_blocks: int, capacity_blocks: int | None, capacity_fraction: float | None) -> int:
     """Capacity in blocks from an absolute count or a fraction of the trace's unique blocks.
 
@@ -138,8 +154,7 @@ def resolve_capacity(unique_blocks: int, capacity_blocks: int | None, capacity_f
     if capacity_blocks is not None and capacity_fraction is not None:
         raise InputError("give either --capacity-blocks or --capacity-fraction, not both", "command line")
     if capacity_blocks is not None:
-        if capacity_blocks <= 0:
-            raise InputError(f"--capacity-blocks must be positive, got {capacity_blocks}", "command line")
+        check_capacity_blocks(capacity_blocks)
         return int(capacity_blocks)
     fraction = 0.1 if capacity_fraction is None else capacity_fraction
     if not 0 < fraction <= 1:  # a fraction of the trace's unique blocks: above 1 holds more than there is

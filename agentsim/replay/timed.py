@@ -71,6 +71,15 @@ def run_timed_replay(trace, fmt: str = "auto", mode: str = "open-loop", policy: 
         raise InputError(f"the trace spans {span_s:.3g} s of arrivals, above the limit of {base.limits.max_duration_s:g} s "
                          "(limits.max_duration_s; raise it with --set limits.max_duration_s=... if this is intended)",
                          str(trace))
+    # A request's tokens become engine state (its KV reservation, its decode steps): 10^20 tokens
+    # overflowed a machine integer deep in the run (a traceback), so the scenario's limit on
+    # one sequence holds for the trace's too.
+    longest = max(requests, key=lambda r: r.input_tokens + r.output_tokens)
+    if longest.input_tokens + longest.output_tokens > base.limits.max_prompt_tokens:
+        raise InputError(f"request {longest.index + 1} of the trace holds {longest.input_tokens:,} prompt and "
+                         f"{longest.output_tokens:,} output tokens, above the limit of "
+                         f"{base.limits.max_prompt_tokens:,} tokens of one sequence (limits.max_prompt_tokens; raise it "
+                         "with --set limits.max_prompt_tokens=... if this is intended)", str(trace))
     data = base.model_dump(mode="json")
     data["cache"]["block_tokens"] = block
     data["cache"]["eviction"] = eviction_for_replay(data["cache"]["eviction"], policy, policy_params, param_items)

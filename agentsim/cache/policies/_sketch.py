@@ -8,20 +8,35 @@ together) passes the run's block count as ``accesses``, so the sketch resets aft
 block accesses as a per-block sketch would (counting one per run, a prefix-mode stream of long
 runs never reached the sample size and the counts saturated). Deterministic: no Python ``hash``
 randomisation is involved (keys are integers, the row seeds are fixed odd constants).
+
+Memory: each row is a ``bytearray`` (one byte per counter, not a Python list's eight-byte
+slot), and a row has at most :data:`MAX_WIDTH` counters whatever the capacity asked for. A
+capacity of 2^32 blocks (``limits.max_blocks_per_tier``) sized the rows as 4 x 2^32 list slots,
+137 GB allocated before the first event; a row of 2^24 counters already keeps collisions rare
+among the 2^24 most frequent keys, more blocks than any cache of a real machine holds
+(16.7M blocks of 64 tokens). Below that capacity the sketch is the same as before.
 """
 
 from __future__ import annotations
 
 _SEEDS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93)
 _S0, _S1, _S2, _S3 = _SEEDS
+#: Counters per row at most (see the module docstring).
+MAX_WIDTH = 1 << 24
+#: ``bytes.translate`` table halving every counter at a reset (in C, not a Python loop).
+_HALVE = bytes(value >> 1 for value in range(256))
 
 
 class FrequencySketch:
     def __init__(self, width: int, sample_size: int, counter_max: int = 15):
-        self.width = 1 << max(4, (max(1, width) - 1).bit_length())
+        """``width``: counters per row wanted (rounded up to a power of two, at least 16, at
+        most :data:`MAX_WIDTH`); ``counter_max`` at most 255 (a counter is one byte)."""
+        if not 0 < counter_max <= 255:
+            raise ValueError(f"counter_max must be in [1, 255], got {counter_max}")
+        self.width = min(MAX_WIDTH, 1 << max(4, (max(1, width) - 1).bit_length()))
         self.shift = 64 - (self.width.bit_length() - 1)
         self.index_mask = self.width - 1
-        self.rows = [[0] * self.width for _ in _SEEDS]
+        self.rows = [bytearray(self.width) for _ in _SEEDS]
         self.sample_size = max(1, sample_size)
         self.counter_max = counter_max
         self.additions = 0
@@ -64,7 +79,7 @@ class FrequencySketch:
             self.additions //= 2
             self.resets += 1
             for row in self.rows:
-                row[:] = [v >> 1 for v in row]
+                row[:] = row.translate(_HALVE)
 
     def state_bytes(self) -> int:
         return len(self.rows) * self.width // 2  # 4-bit counters

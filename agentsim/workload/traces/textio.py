@@ -60,6 +60,8 @@ _DECODE_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError, OS
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, text)`` for every non-blank line (1-based numbers), streamed.
+    Every reader here decodes ``utf-8-sig``: a byte-order mark that Windows tools put before
+    the first record is dropped (it made the first line "not JSON"); elsewhere it is UTF-8.
 
     Raises InputError for an empty file (no non-blank line) and for decoding problems.
     """
@@ -67,7 +69,7 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     lineno = 0
     seen = False
     with _open_binary(path) as binary:
-        text = io.TextIOWrapper(binary, encoding="utf-8", errors="strict", newline=None)
+        text = io.TextIOWrapper(binary, encoding="utf-8-sig", errors="strict", newline=None)
         try:
             for lineno, line in enumerate(text, 1):
                 if line.strip():
@@ -85,7 +87,7 @@ def read_text(path: str | Path) -> str:
     with _open_binary(path) as binary:
         try:
             data = binary.read()
-            text = data.decode("utf-8")
+            text = data.decode("utf-8-sig")
         except _DECODE_ERRORS as exc:
             raise _decode_error(path, exc, None) from None
     if not text.strip():
@@ -102,12 +104,12 @@ def peek_text(path: str | Path, n_bytes: int = PEEK_BYTES) -> str:
         except _DECODE_ERRORS as exc:
             raise _decode_error(path, exc, None) from None
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         # A multi-byte character may be cut at the end of a full peek window; anything
         # else is not UTF-8 text.
         if len(data) == n_bytes and exc.start >= len(data) - 3:
-            text = data[:exc.start].decode("utf-8")
+            text = data[:exc.start].decode("utf-8-sig")
         else:
             raise _decode_error(path, exc, None) from None
     if "\x00" in text:
