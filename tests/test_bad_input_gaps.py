@@ -122,6 +122,25 @@ def _trace_tokens_over_limit(tmp):
             [str(path), "request 2", "100,000,000,000,000,000,000 prompt", "limits.max_prompt_tokens"])
 
 
+# --- a distribution whose far tail overflows the float range ----------------------------------------------
+_TAIL_OLD = "output_tokens: {dist: lognormal, median: 150, sigma: 0.7, min: 1, round: true}"
+
+
+def _tail_case(id: str, new: str, fragments: list[str]):
+    def build(tmp: Path):
+        path, line = _mutated(tmp, _TAIL_OLD, new)
+        return _run(tmp, path), [str(path), f"line {line}", "samples overflow the float range", *fragments]
+    CASES.append(Case(id, build))
+
+
+_tail_case("scenario-lognormal-sigma-overflows",
+           "output_tokens: {dist: lognormal, median: 150, sigma: 1e300, min: 1, round: true}",
+           ["output_tokens", "sigma 1e+300 with median 150"])
+_tail_case("scenario-pareto-shape-overflows",
+           "output_tokens: {dist: pareto, shape: 0.01, scale: 150, min: 1, round: true}",
+           ["output_tokens", "shape 0.01 with scale 150"])
+
+
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
 def test_bad_input(case: Case, tmp_path: Path):
     tmp, wall_s = check_refused(case, tmp_path, max_memory_bytes=MAX_MEMORY_BYTES)
@@ -148,3 +167,4 @@ def test_a_byte_order_mark_before_the_first_record_is_read(tmp_path: Path, gzip_
         assert proc.returncode == 0, proc.stderr
         results.append({k: v for k, v in json.loads(proc.stdout).items() if k not in ("trace", "load_time_s", "replay_time_s")})
     assert results[0] == results[1] and results[0]["hit_blocks"] == 6
+

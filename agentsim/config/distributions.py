@@ -13,6 +13,7 @@ All families accept ``min``/``max`` clipping and ``round`` (to integers, for tok
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -31,6 +32,24 @@ class _Spec(BaseModel):
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
         return self
+
+
+# Samples beyond the float range are `inf` (numpy warns, and every gap or token count drawn there
+# is infinite); a spec whose 1 - 1e-12 quantile already overflows is refused at load time. The
+# log of that quantile is checked, so the check itself cannot overflow.
+_LOG_FLOAT_MAX = math.log(1.7976931348623157e308)
+_TAIL_Z = 7.034  # the standard normal's 1 - 1e-12 quantile
+_TAIL_LOG_ODDS = math.log(1e12)  # -log(1e-12): the exponential tail's log survival at 1 - 1e-12
+
+
+def _check_tail_finite(spec: "_Spec", log_quantile: float, what: str) -> None:
+    """Refuse a spec whose far tail (the 1 - 1e-12 quantile) lies beyond the float range.
+
+    A ``max`` clip keeps every sample finite, so a clipped spec is let through."""
+    if spec.max is None and log_quantile > _LOG_FLOAT_MAX:
+        raise ValueError(f"{what}: samples overflow the float range (the 1 - 1e-12 quantile is "
+                         f"e^{log_quantile:.4g}, above the largest float, 1.8e308); give a narrower "
+                         f"spread or a `max:` clip")
 
 
 class Constant(_Spec):
@@ -52,6 +71,12 @@ class LogNormal(_Spec):
     sigma: float = Field(gt=0)
     loc: float = 0.0
 
+    @model_validator(mode="after")
+    def _tail(self):
+        _check_tail_finite(self, math.log(self.median) + _TAIL_Z * self.sigma,
+                           f"sigma {self.sigma:g} with median {self.median:g}")
+        return self
+
 
 class Gamma(_Spec):
     dist: Literal["gamma"]
@@ -66,6 +91,13 @@ class Weibull(_Spec):
     scale: float = Field(gt=0)
     loc: float = 0.0
 
+    @model_validator(mode="after")
+    def _tail(self):
+        # quantile = scale * (-ln(1 - p)) ** (1 / shape)
+        _check_tail_finite(self, math.log(self.scale) + math.log(_TAIL_LOG_ODDS) / self.shape,
+                           f"shape {self.shape:g} with scale {self.scale:g}")
+        return self
+
 
 class LogLogistic(_Spec):
     dist: Literal["loglogistic"]
@@ -73,12 +105,26 @@ class LogLogistic(_Spec):
     scale: float = Field(gt=0)
     loc: float = 0.0
 
+    @model_validator(mode="after")
+    def _tail(self):
+        # quantile = scale * (tail odds) ** (1 / shape), the odds about 1e12 at 1 - 1e-12
+        _check_tail_finite(self, math.log(self.scale) + _TAIL_LOG_ODDS / self.shape,
+                           f"shape {self.shape:g} with scale {self.scale:g}")
+        return self
+
 
 class Pareto(_Spec):
     dist: Literal["pareto"]
     shape: float = Field(gt=0)
     scale: float = Field(gt=0)
     loc: float = 0.0
+
+    @model_validator(mode="after")
+    def _tail(self):
+        # quantile = scale * (tail odds) ** (1 / shape), the odds about 1e12 at 1 - 1e-12
+        _check_tail_finite(self, math.log(self.scale) + _TAIL_LOG_ODDS / self.shape,
+                           f"shape {self.shape:g} with scale {self.scale:g}")
+        return self
 
 
 class Uniform(_Spec):
