@@ -141,6 +141,19 @@ _tail_case("scenario-pareto-shape-overflows",
            ["output_tokens", "shape 0.01 with scale 150"])
 
 
+# --- a scenario name that cannot name a directory ------------------------------------------------------------
+def _name_case(id: str, new: str, fragments: list[str]):
+    def build(tmp: Path):
+        path, line = _mutated(tmp, "name: catalogue", new)
+        return _run(tmp, path), [str(path), f"line {line}", "name", *fragments]
+    CASES.append(Case(id, build))
+
+
+_name_case("scenario-name-control-character", 'name: "a\\x01b\\tc"', ["holds a control character"])
+_name_case("scenario-name-too-long", "name: " + "x" * 100_000,
+           ["100,000 bytes is longer than the 200 bytes", "(100,002 characters)"])
+
+
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
 def test_bad_input(case: Case, tmp_path: Path):
     tmp, wall_s = check_refused(case, tmp_path, max_memory_bytes=MAX_MEMORY_BYTES)

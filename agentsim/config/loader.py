@@ -28,6 +28,10 @@ from agentsim.input_files import read_input_text
 from agentsim.yaml_text import load_document
 
 
+# The longest input value quoted back in an error message.
+_MAX_QUOTED_CHARS = 120
+
+
 def _line_map(root: yaml.Node | None) -> dict[Path_, int]:
     """Map YAML paths to 1-based line numbers by walking the composed node graph (iteratively:
     a deep document must not hit the recursion limit)."""
@@ -269,7 +273,10 @@ def validation_error_to_input_error(exc: ValidationError, source: str, lines: di
     elif error["type"] in ("union_tag_invalid",):
         message = f"unknown distribution {error.get('input', {}).get('dist') if isinstance(error.get('input'), dict) else error.get('input')!r}; expected one of {error['ctx'].get('expected_tags')}"
     elif "input" in error and not isinstance(error["input"], (dict, list)):
-        message = f"{message} (got {error['input']!r})"
+        got = repr(error["input"])
+        if len(got) > _MAX_QUOTED_CHARS:  # a 100,000-character value would bury the message
+            got = f"{got[:_MAX_QUOTED_CHARS]}... ({len(got):,} characters)"
+        message = f"{message} (got {got})"
     return InputError(message, *blame(lines, source, path))  # a --set value is blamed on the option
 
 

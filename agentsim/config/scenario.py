@@ -34,7 +34,17 @@ def check_output_name(value: str) -> str:
     if "/" in value or "\\" in value or "\x00" in value or value.strip() in (".", ".."):
         raise ValueError(f"name {value!r} must be a plain name (no '/', '\\', '..'): it names the directory "
                          "under runs/ (use --out to write elsewhere)")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValueError(f"name {value!r} holds a control character: it names the directory under runs/")
+    # 255 bytes is the file-name limit of common file systems; the staging sibling
+    # (`.NAME.tmp-XXXXXXXX`) and the lock (`.NAME.lock`) add up to 20 bytes to it.
+    if len(value.encode("utf-8", "surrogatepass")) > _MAX_NAME_BYTES:
+        raise ValueError(f"name of {len(value.encode('utf-8', 'surrogatepass')):,} bytes is longer than the "
+                         f"{_MAX_NAME_BYTES} bytes a directory name under runs/ can take (use --out to choose the directory)")
     return value
+
+
+_MAX_NAME_BYTES = 200
 
 
 class HardwareConfig(Strict):
