@@ -113,6 +113,20 @@ def _csv_short_row(tmp):
     return ["check-timing", str(path)], [str(path), "line 2", "a row of 3 fields"]
 
 
+@case("check-timing-bad-value-after-a-quoted-newline")
+def _csv_line_after_quoted_newline(tmp):
+    # Row 1's free-text source spans two lines, so row 3 starts on line 5 (it was blamed on line 4).
+    def edit(text: str) -> str:
+        lines = text.splitlines()
+        first = lines[1].split(",")
+        first[1] = '"a source\nnote"'
+        third = lines[3].split(",")
+        third[8] = "-5"
+        return "\n".join([lines[0], ",".join(first), lines[2], ",".join(third)] + lines[4:]) + "\n"
+    path = _measured_csv(tmp, edit)
+    return ["check-timing", str(path)], [str(path), "line 5", "column isl must be a positive number, got -5"]
+
+
 # --- timed replay: one sequence's tokens within the scenario's limit ---------------------------------------
 @case("replay-trace-request-over-token-limit")
 def _trace_tokens_over_limit(tmp):

@@ -59,18 +59,21 @@ class RowSkipped(Exception):
     """This row cannot be emulated; the message says why."""
 
 
-def _check_record_shape(text: str, path: Path) -> None:
+def _check_record_shape(text: str, path: Path) -> list[int]:
     """InputError for a header naming a column twice (pandas renames the second ``isl.1`` and
     the first is read without a word: which was meant?) or a record with fewer fields than the
     header (pandas fills the missing cells with NaN, later blamed on whichever column is checked
-    first). Lines are the records' first lines, quoted newlines counted (``csv`` reader)."""
+    first). Lines are the records' first lines, quoted newlines counted (``csv`` reader).
+
+    Returns each non-empty record's first line, in the order pandas reads the rows (it skips
+    blank lines), so a later check can name the line of row ``i`` as ``lines[i]``."""
     import csv
 
     reader = csv.reader(io.StringIO(text))
     try:
         header = next(reader, None)
         if header is None:
-            return
+            return []
         seen: dict[str, int] = {}
         for index, name in enumerate(header, 1):
             name = name.strip().lstrip("\ufeff")
@@ -79,11 +82,15 @@ def _check_record_shape(text: str, path: Path) -> None:
                                  "which one is meant?", str(path), "line 1")
             seen[name] = index
         start = reader.line_num + 1
+        lines: list[int] = []
         for record in reader:
             if record and len(record) < len(header):
                 raise InputError(f"a row of {len(record)} fields under a header of {len(header)} columns "
                                  "(cut off, or written with another separator?)", str(path), f"line {start}")
+            if record:
+                lines.append(start)
             start = reader.line_num + 1
+        return lines
     except csv.Error as exc:
         raise InputError(f"not a CSV file ({exc})", str(path), f"line {reader.line_num}") from None
 
@@ -93,7 +100,7 @@ def read_rows(path: Path) -> pd.DataFrame:
     a missing column, a non-positive number or a duplicate id."""
     # A regular file within the input budget: a pipe or a device must not hang the command.
     text = read_input_text(path, "CSV file")
-    _check_record_shape(text, path)
+    record_lines = _check_record_shape(text, path)
     try:
         frame = pd.read_csv(io.StringIO(text))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -106,35 +113,43 @@ def read_rows(path: Path) -> pd.DataFrame:
         raise InputError("no rows below the header: nothing to compare", str(path))
     modes = frame["mode"].astype(str).str.strip()
     if not modes.isin(("agg", "disagg")).all():
-        line = int((~modes.isin(("agg", "disagg"))).to_numpy().nonzero()[0][0]) + 2
-        raise InputError(f"column mode must be agg or disagg, got {modes.iloc[line - 2]!r}", str(path), f"line {line}")
+        row = int((~modes.isin(("agg", "disagg"))).to_numpy().nonzero()[0][0])
+        raise InputError(f"column mode must be agg or disagg, got {modes.iloc[row]!r}", str(path),
+                         f"line {_line_of(record_lines, row)}")
     agg = modes == "agg"
     for column in ("isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"):
         values = pd.to_numeric(frame[column], errors="coerce")
         # Disaggregated rows leave the aggregated parallelism columns empty.
         required = agg if column in ("batch_size", "tp_size") else pd.Series(True, index=frame.index)
         bad = (values.isna() & (frame[column].notna() | required)) | (values <= 0) | np.isinf(values)
-        _refuse_first(frame, column, bad, "a positive number", path)
+        _refuse_first(frame, column, bad, "a positive number", path, record_lines)
         frame[column] = values
     # Counts (lengths, clients, parallel degrees, workers) are whole numbers: 1.5 would be
     # truncated to 1 without a word. Empty is allowed (the engine's default).
     for column in [c for c in frame.columns if c in ("isl", "osl", "batch_size") or c.endswith(("_size", "_num_workers"))]:
         values = pd.to_numeric(frame[column], errors="coerce")
         bad = (values.isna() & frame[column].notna()) | np.isinf(values) | (values < 0) | (values % 1 != 0)
-        _refuse_first(frame, column, bad & ~(values.isna() & frame[column].isna()), "a whole number", path)
+        _refuse_first(frame, column, bad & ~(values.isna() & frame[column].isna()), "a whole number", path,
+                      record_lines)
     if frame["id"].duplicated().any():
-        line = int(frame["id"].duplicated().to_numpy().nonzero()[0][0]) + 2
-        raise InputError(f"duplicate id {frame['id'].iloc[line - 2]!r}", str(path), f"line {line}")
+        row = int(frame["id"].duplicated().to_numpy().nonzero()[0][0])
+        raise InputError(f"duplicate id {frame['id'].iloc[row]!r}", str(path), f"line {_line_of(record_lines, row)}")
     return frame
 
 
-def _refuse_first(frame: pd.DataFrame, column: str, bad: pd.Series, what: str, path: Path) -> None:
+def _line_of(record_lines: list[int], row: int) -> int:
+    """The file line where data row ``row`` (0-based) starts: a quoted field may span lines."""
+    return record_lines[row] if row < len(record_lines) else row + 2  # header is line 1
+
+
+def _refuse_first(frame: pd.DataFrame, column: str, bad: pd.Series, what: str, path: Path,
+                  record_lines: list[int]) -> None:
     """InputError naming the first row where ``bad`` holds (its line, the value as written)."""
     if bad.any():
-        line = int(bad.to_numpy().nonzero()[0][0]) + 2  # header is line 1
-        got = frame[column].iloc[line - 2]
+        row = int(bad.to_numpy().nonzero()[0][0])
+        got = frame[column].iloc[row]
         got = got.item() if hasattr(got, "item") else got  # 5, not np.int64(5)
-        raise InputError(f"column {column} must be {what}, got {got!r}", str(path), f"line {line}")
+        raise InputError(f"column {column} must be {what}, got {got!r}", str(path), f"line {_line_of(record_lines, row)}")
 
 
 @lru_cache(maxsize=None)
