@@ -162,10 +162,11 @@ def test_check_timing_sample_in_json(tmp_path: Path):
                         aggregated["tpot_error_median"])
 
 
-#: Error-factor medians on the fixture sample, with a small margin over what they are (TTFT 1.38,
-#: TPOT 1.19; docs/validation.md gives the table over 400 rows of the full file).
-TPOT_MEDIAN_BOUND = 1.3
-TTFT_MEDIAN_BOUND = 1.5
+#: The issue's targets for the aggregated rows' error-factor medians; on the fixture sample they
+#: are TTFT 1.24, TPOT 1.18 (docs/validation.md gives the table over 400 rows of the full file).
+#: Before the benchmark clients' lengths and the prefill host time, TTFT was 1.38 here.
+TPOT_MEDIAN_BOUND = 1.25
+TTFT_MEDIAN_BOUND = 1.35
 
 
 def test_a_special_file_or_an_absurd_row_is_refused_without_running(tmp_path: Path):

@@ -87,9 +87,10 @@ def register(app: typer.Typer) -> None:
         mode: Optional[Mode] = typer.Option(None, "--mode", help="only the rows of this mode (before --sample)"),
         max_clients: Optional[int] = typer.Option(None, "--max-clients", min=1,
                                                   help="skip rows of more clients (their runs take minutes each)"),
-        client_lengths: bool = typer.Option(False, "--client-lengths",
-                                            help="draw each request's lengths as the row's benchmark client did "
-                                                 "(aggregated rows; docs/validation.md)"),
+        client_lengths: bool = typer.Option(True, "--client-lengths/--fixed-lengths",
+                                            help="draw each request's lengths as the row's benchmark client did (the "
+                                                 "default), or give every request exactly isl/osl tokens, the clients "
+                                                 "in lock-step (aggregated rows; docs/validation.md)"),
     ) -> None:
         """Emulate measured serving benchmarks and compare predicted with measured TTFT/TPOT."""
         from agentsim.experiments.benchmark_rows import read_rows

@@ -120,6 +120,11 @@ class ServingConfig(Strict):
 
     speculative_decoding: SpeculativeDecoding | None = Field(
         None, description="multi-token prediction on the decode steps (absent: one token per step)")
+    prefill_host_s_per_layer: float | None = Field(
+        None, ge=0, le=0.1, description="host seconds per layer that an iteration with a prefill chunk adds to its kernels "
+                                        "(eager launches, MoE host synchronisation; per-kernel timing does not see them); "
+                                        "absent: the engine's calibrated figure for the model's kind "
+                                        "(agentsim.hardware.timing.prefill_host)")
 
     @field_validator("engine_version", mode="before")
     @classmethod

@@ -6,9 +6,10 @@ closed-loop clients that all start at once with requests of ``isl`` random token
 output tokens; the prediction is the mean TTFT and TPOT over the first ``10 x clients``
 requests, the initial burst included, the means the client reports. An InferenceX row's SGLang
 server gets its recipe's scheduling flags (:mod:`.benchmark_recipes`), and every engine the
-KV-cache type its recipe set (:mod:`.recipe_kv_cache`). With
-``client_lengths=True`` every request's lengths are drawn as the row's client drew them
-(uniformly from ``[0.8 L, L]`` for InferenceX rows); not the default, see docs/validation.md.
+KV-cache type its recipe set (:mod:`.recipe_kv_cache`). Every request's lengths are drawn as
+the row's client drew them (uniformly from ``[0.8 L, L]`` for InferenceX rows, exactly ``L`` for
+aiconfigurator's eval harness); ``client_lengths=False`` gives every request exactly ``L``
+(clients in lock-step), see docs/validation.md.
 Disaggregated rows are averaged the same way; InferenceX's ones always with its lengths (their
 builder draws them, :func:`.disaggregated_rows.measured_by_inferencex`).
 
@@ -150,10 +151,11 @@ def _measured_requests(finished: pd.DataFrame, clients: int, protocol: ClientPro
     return measured if complete or partial else None
 
 
-def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: bool = False,
+def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: bool = True,
                 max_clients: int | None = None) -> RowResult:
     """Run one row through the simulator (``overrides``: ``--set`` PATH=VALUE for every row;
-    ``client_lengths``: draw an aggregated row's request lengths as its benchmark client did;
+    ``client_lengths``: draw an aggregated row's request lengths as its benchmark client did, the
+    default; False gives every request exactly ``isl`` / ``osl`` tokens, clients in lock-step;
     a row of more than ``max_clients`` clients is skipped with that reason).
 
     Raises InputError for a bad override; a row the simulator cannot emulate comes back with
@@ -287,7 +289,7 @@ def summarize(results: list[RowResult]) -> dict:
 
 
 def check_rows(frame: pd.DataFrame, overrides: list[str] | None = None,
-               on_row: Callable[[RowResult], None] | None = None, client_lengths: bool = False,
+               on_row: Callable[[RowResult], None] | None = None, client_lengths: bool = True,
                max_clients: int | None = None) -> list[RowResult]:
     """Emulate every row of ``frame`` in order (``on_row`` is called after each;
     ``client_lengths`` and ``max_clients`` as for :func:`emulate_row`)."""

@@ -12,7 +12,8 @@ sequence) on ``G`` GPUs:
   sequences' KV, at HBM bandwidth times the MBU;
 * step = max(compute, memory) + tensor-parallel all-reduce (two per layer over ``N*hidden``
   BF16 activations, ring: ``2*(tp-1)/tp`` of the bytes over NVLink plus a latency each) +
-  a fixed per-iteration host cost (scheduling, sampling, launches).
+  a fixed per-iteration host cost (scheduling, sampling, launches), and in an iteration with
+  a prefill chunk the host time of its eager layers (:mod:`.prefill_host`).
 
 It implements the same step-timer contract as :class:`~.tabulated.TabulatedTimer`.
 """
@@ -65,6 +66,7 @@ class RooflineTimer(linear_decode.LinearDecodeStretches):
     tp: int = 1
     link_bytes_per_s: float = 450e9
     overhead_s: float = 0.0
+    prefill_overhead_s: float = 0.0  # per iteration with a prefill chunk (prefill_host)
     layer_floor_s: float = 0.0  # per layer per step (KERNEL_FLOOR_S_PER_LAYER)
     moe_efficiency: float = 1.0  # expert GEMMs' share of the MFU (MOE_GEMM_EFFICIENCY)
     source: str = "roofline"
@@ -109,7 +111,8 @@ class RooflineTimer(linear_decode.LinearDecodeStretches):
         for new, context in chunks:
             tokens += new
             attention += 2.0 * self.attn_coeff * (new * context + new * new / 2.0)
-        return self._step_s(tokens, attention, decode_context_tokens)
+        step = self._step_s(tokens, attention, decode_context_tokens)
+        return step + self.prefill_overhead_s if chunks else step
 
     def prefill_s(self, new_tokens: int, context_tokens: int) -> float:
         total, done = 0.0, 0

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from agentsim.errors import InputError
 from agentsim.hardware.timing.deployment import Deployment, canonical_model
 from agentsim.hardware.timing.precision_fallback import nearest_precision
+from agentsim.hardware.timing.prefill_host import prefill_host_s
 from agentsim.hardware.timing.roofline import (ENGINE_OVERHEAD_S, KERNEL_FLOOR_S_PER_LAYER, MOE_GEMM_EFFICIENCY,
                                               RooflineTimer)
 from agentsim.hardware.timing.tables import StepTables, TimingDataUnavailable, load_or_build
@@ -127,7 +128,8 @@ def roofline_timer(scenario) -> RooflineTimer:
         bytes_per_s=gpus * hw.hbm_bandwidth_bytes_per_s * hw.mbu_decode, chunk_tokens=serving.batch_tokens(),
         routed_experts=model.routed_experts, experts_per_token=model.experts_per_token, layers=model.layers,
         hidden_size=model.hidden_size, tp=tp, link_bytes_per_s=hw.nvlink_bytes_per_s,
-        overhead_s=ENGINE_OVERHEAD_S[serving.engine], layer_floor_s=KERNEL_FLOOR_S_PER_LAYER,
+        overhead_s=ENGINE_OVERHEAD_S[serving.engine], prefill_overhead_s=prefill_host_s(scenario),
+        layer_floor_s=KERNEL_FLOOR_S_PER_LAYER,
         moe_efficiency=MOE_GEMM_EFFICIENCY)
 
 
@@ -159,7 +161,8 @@ def build_timer(scenario, max_context_tokens: int | None = None):
         else:
             _, _, dp, _, _ = parallelism(scenario)
             timer = TabulatedTimer(tables, scenario.model.kv_bytes_per_token, scenario.serving.batch_tokens(),
-                                   attention_dp=dp, overhead_s=ENGINE_OVERHEAD_S[scenario.serving.engine])
+                                   attention_dp=dp, overhead_s=ENGINE_OVERHEAD_S[scenario.serving.engine],
+                                   prefill_overhead_s=prefill_host_s(scenario))
             reason = "; ".join([tables.provenance, *substitutions])
             return with_speculative_decoding(timer, scenario), TimingChoice("measured", reason, deployment.describe())
     if mode == "measured":

@@ -32,8 +32,9 @@ class TabulatedTimer(linear_decode.LinearDecodeStretches):
     """A deployment's step timer from its :class:`StepTables`.
 
     ``overhead_s``: fixed host-side cost added to every iteration (scheduling, sampling,
-    kernel launches) that per-kernel databases do not see; ``chunk_tokens``: the per-step
-    token budget ``prefill_s`` chunks by.
+    kernel launches) that per-kernel databases do not see; ``prefill_overhead_s``: host time
+    added to an iteration with a prefill chunk (:mod:`.prefill_host`); ``chunk_tokens``: the
+    per-step token budget ``prefill_s`` chunks by.
     """
 
     tables: StepTables
@@ -41,6 +42,7 @@ class TabulatedTimer(linear_decode.LinearDecodeStretches):
     chunk_tokens: int
     attention_dp: int = 1
     overhead_s: float = 0.0
+    prefill_overhead_s: float = 0.0
     source: str = "measured"
 
     def __post_init__(self) -> None:
@@ -66,7 +68,7 @@ class TabulatedTimer(linear_decode.LinearDecodeStretches):
             total = self._busiest_rank_s(chunks, n_decode / dp)
         if n_decode > 0:
             total += self._decode_attention(-(-n_decode // dp), decode_context_tokens / n_decode)
-        return total + self.overhead_s
+        return total + self.overhead_s + self.prefill_overhead_s
 
     def _busiest_rank_s(self, chunks: Sequence[tuple[int, int]], decode_tokens_per_rank: float) -> float:
         """The prefill part of a step with attention DP: the slowest rank's. A prefilling
