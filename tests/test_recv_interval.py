@@ -17,17 +17,17 @@ from tests.test_check_timing import SAMPLE
 def test_receive_points_are_every_n_decode_steps_and_after_a_prefill():
     recv = RecvInterval(10)
     recv.unreceived.append("a")
-    assert recv.take(idle=True) == ["a"]            # an idle engine receives at once
+    assert recv.take(0) == ["a"]            # an idle engine receives at once
     recv.on_prefill_iteration()
     assert recv.due and recv.steps_until_receive() == 10
     recv.on_decode_steps(4)                          # 4 steps since the receive after the prefill
     assert not recv.due and recv.counter == 4
     recv.unreceived.append("b")
-    assert recv.take(idle=False) == []               # not a receive point: it waits
+    assert recv.take(1) == []               # not a receive point: it waits
     assert recv.steps_until_receive() == 6           # the stretch ends 6 steps on
     assert recv.steps_until_receive(done_steps=7) == 16  # arrived after step 7 of it: the point after
     recv.on_decode_steps(6)
-    assert recv.due and recv.take(idle=False) == ["b"] and recv.counter == 0
+    assert recv.due and recv.take(1) == ["b"] and recv.counter == 0
     with pytest.raises(ValueError):
         RecvInterval(0)
 

@@ -118,6 +118,10 @@ class ServingConfig(Strict):
         1, gt=0, le=10000, description="sglang: the scheduler takes new requests only every N decode steps (at once after a "
                                       "prefill batch or when idle; SGLang's --scheduler-recv-interval, default 1)")
 
+    adp_balance_timeout_iters: int | None = Field(
+        None, gt=0, le=10000, description="trtllm with attention DP: context requests wait until every attention-DP rank has "
+                                          "one, at most this many iterations (TensorRT-LLM's attention_dp_config enable_balance "
+                                          "with timeout_iters); absent: scheduled as they come")
     speculative_decoding: SpeculativeDecoding | None = Field(
         None, description="multi-token prediction on the decode steps (absent: one token per step)")
     prefill_host_s_per_layer: float | None = Field(
@@ -142,6 +146,9 @@ class ServingConfig(Strict):
                              f"init_new_token_ratio ({self.init_new_token_ratio:g})")
         if self.scheduler_recv_interval > 1 and self.engine != "sglang":
             raise FieldError(("scheduler_recv_interval",), f"scheduler_recv_interval is an SGLang option; "
+                             f"engine is {self.engine}")
+        if self.adp_balance_timeout_iters is not None and self.engine != "trtllm":
+            raise FieldError(("adp_balance_timeout_iters",), f"adp_balance_timeout_iters is a TensorRT-LLM option; "
                              f"engine is {self.engine}")
         return self
 

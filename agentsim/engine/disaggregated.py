@@ -13,6 +13,7 @@ from agentsim.cluster.routers import make_router
 from agentsim.cluster.serving.disaggregation import DisaggregatedServing, HandoffPorts
 from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.serving.kv_admission import make_kv_admission
+from agentsim.cluster.serving.recv_interval import receive_gate
 from agentsim.config.disaggregation import pool_scenario
 from agentsim.engine.hierarchy import Hierarchy
 from agentsim.hardware.timing.select import build_timer
@@ -88,7 +89,7 @@ class DisaggregatedCluster:
                                        kv_rule=make_kv_admission(serving, block_tokens), preemption=serving.preemption,
                                        long_prefill_tokens=serving.long_prefill_token_threshold,
                                        mixed_prefill=serving.mixes_prefill(),
-                                       recv_interval_steps=serving.scheduler_recv_interval, **extra))
+                                       receive_gate=receive_gate(serving, prefills=role == "prefill"), **extra))
         return out
 
     @property

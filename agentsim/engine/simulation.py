@@ -16,6 +16,7 @@ import simpy
 from agentsim.cache.radix import RadixCache
 from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.serving.kv_admission import make_kv_admission
+from agentsim.cluster.serving.recv_interval import receive_gate
 from agentsim.cluster.serving.kv_growth import KV_STATS
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.routers import make_router
@@ -155,7 +156,7 @@ class Simulation:
                 kv_rule=make_kv_admission(serving, self.block_tokens), preemption=serving.preemption,
                 long_prefill_tokens=serving.long_prefill_token_threshold,
                 mixed_prefill=serving.mixes_prefill(), rank_chunk_tokens=serving.rank_chunk_tokens(),
-                recv_interval_steps=serving.scheduler_recv_interval, schedule_ahead=serving.schedules_ahead(),
+                receive_gate=receive_gate(serving), schedule_ahead=serving.schedules_ahead(),
                 **extra,
             ))
         if self.hierarchy is not None and self.disaggregated is None:

@@ -27,6 +27,14 @@ default is 8192), and :func:`recipe_serving` gives it as ``max_num_batched_token
   least 8192. A row's ``measured=`` date says which applied.
 * gpt-oss-120b (``gptoss_fp4_*_trt``): 20000. Llama-3.1-70B (``70b_*_trt``, October 2025): 16384.
 
+With attention DP, the DeepSeek-R1/V3 and gpt-oss-120b TensorRT-LLM recipes also set
+``attention_dp_config: enable_balance: true`` (DeepSeek with ``timeout_iters: 60`` and
+``batching_wait_iters: 0``, in every version since September 2025; gpt-oss with TensorRT-LLM's
+default ``timeout_iters`` of 50), which :func:`recipe_serving` gives as
+``adp_balance_timeout_iters`` (:mod:`agentsim.cluster.serving.recv_interval`). gpt-oss's default
+``batching_wait_iters`` of 10 (a further wait once every rank has a context request) is not
+modelled.
+
 The vLLM recipes of these rows leave ``--max-num-batched-tokens`` at vLLM's default for the API
 server (8192 on GPUs of 70 GiB or more) or set 8192, except MiniMax-M2.5 on B200 from April 2026
 (``2 x ISL``); that one is not applied (the rows span the change and do not say which ran).
@@ -74,6 +82,9 @@ _FAMILIES = {"deepseek-r1": "deepseek", "deepseek-v3": "deepseek", "qwen3.5": "q
 
 #: Model-name fragments of the TensorRT-LLM recipes with a fixed ``--max_num_tokens``.
 TRTLLM_MAX_NUM_TOKENS = {"gpt-oss-120b": 20000, "llama-3.1-70b": 16384}
+#: Model-name fragments of the TensorRT-LLM recipes that balance attention-DP ranks, and their
+#: ``timeout_iters`` (gpt-oss leaves TensorRT-LLM's default).
+TRTLLM_ADP_BALANCE_TIMEOUT_ITERS = {"deepseek-r1": 60, "deepseek-v3": 60, "gpt-oss-120b": 50}
 #: DeepSeek's TensorRT-LLM recipes floor their budget at 8192 from this date (InferenceX #258).
 TRTLLM_DEEPSEEK_FLOOR_FROM = "2026-01-21"
 _DEEPSEEK_FLOOR_TOKENS = 8192
@@ -105,16 +116,24 @@ def _recipe(row: dict, tp: int) -> SglangRecipe | None:
     return RECIPES.get((*key, tp)) or RECIPES.get((*key, None))
 
 
-def recipe_serving(row: dict, clients: int, tp: int) -> dict:
+def recipe_serving(row: dict, clients: int, tp: int, attention_dp: int = 1) -> dict:
     """``serving`` settings of the recipe that launched ``row``'s server ({} if none applies):
     SGLang's ``scheduler_recv_interval`` (for ``clients``, the benchmark's concurrency) and
-    ``max_num_batched_tokens``; TensorRT-LLM's ``max_num_batched_tokens``."""
+    ``max_num_batched_tokens``; TensorRT-LLM's ``max_num_batched_tokens`` and, with
+    ``attention_dp`` ranks, ``adp_balance_timeout_iters``."""
     backend = str(row.get("backend") or "").strip()
     if client_protocol(row) is not INFERENCEX:
         return {}
     if backend == "trtllm":
+        settings = {}
         tokens = _trtllm_tokens(row, clients)
-        return {} if tokens is None else {"max_num_batched_tokens": tokens}
+        if tokens is not None:
+            settings["max_num_batched_tokens"] = tokens
+        name = str(row.get("model_path") or "").lower()
+        timeout = next((t for fragment, t in TRTLLM_ADP_BALANCE_TIMEOUT_ITERS.items() if fragment in name), None)
+        if attention_dp > 1 and timeout is not None:
+            settings["adp_balance_timeout_iters"] = timeout
+        return settings
     if backend != "sglang":
         return {}
     recipe = _recipe(row, tp)

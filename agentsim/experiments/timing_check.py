@@ -183,7 +183,8 @@ def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: b
     if str(row["mode"]).strip() == "agg":
         # The scheduling flags the benchmark's recipe launched the server with.
         serving = data["serving"]
-        recipe = recipe_serving(row, serving["max_num_seqs"], serving["parallelism"]["tp"])
+        recipe = recipe_serving(row, serving["max_num_seqs"], serving["parallelism"]["tp"],
+                                serving["parallelism"].get("attention_dp", 1))
         kv_cache = recipe_kv_cache(row)
         if kv_cache is not None:  # the KV-cache type it set (its capacity, its decode reads)
             recipe["precision"] = {**serving.get("precision", {}), "kv_cache": kv_cache}

@@ -51,7 +51,7 @@ class ServingInstance:
                  tiers_config=None, kv_rule: KvAdmissionRule | None = None, preemption: str = "recompute",
                  long_prefill_tokens: int | None = None, mixed_prefill: bool = True,
                  rank_chunk_tokens: int | None = None, recv_interval_steps: int = 1,
-                 schedule_ahead: bool = False):
+                 schedule_ahead: bool = False, receive_gate: RecvInterval | None = None):
         self.env = env
         self.instance_id = instance_id
         self.cache = cache
@@ -67,8 +67,10 @@ class ServingInstance:
         #: False: an iteration with prefill chunks is a prefill-only batch and the decoding
         #: requests wait it out (SGLang's scheduler); True: they take their step in it.
         self.mixed_prefill = mixed_prefill
-        #: SGLang's scheduler_recv_interval: arrivals wait for the next receive point (None: 1).
-        self.recv = RecvInterval(recv_interval_steps) if recv_interval_steps > 1 else None
+        #: SGLang's scheduler_recv_interval, or TensorRT-LLM's attention-DP balancing
+        #: (``receive_gate``): arrivals wait for the next receive point (None: received at once).
+        self.recv = receive_gate if receive_gate is not None else (
+            RecvInterval(recv_interval_steps) if recv_interval_steps > 1 else None)
         #: The scheduler forms each step while the one before runs (step_ahead); None: after it.
         #: A receive interval has receive points of its own and takes its place.
         self.ahead = StepAhead() if schedule_ahead and self.recv is None else None
@@ -301,7 +303,7 @@ class ServingInstance:
         ahead = self.ahead
         while True:
             if recv is not None and recv.unreceived:
-                self.waiting.extend(recv.take(idle=not batch.running))
+                self.waiting.extend(recv.take(len(batch.running)))
             if ahead is not None and ahead.pending:
                 self.waiting.extend(ahead.release(idle=not batch.running))
             self._admit()
@@ -451,7 +453,7 @@ class ServingInstance:
         recv = self.recv
         if recv is not None and recv.unreceived:
             # Requests are waiting to be received: the stretch ends at the next receive point.
-            steps = min(steps, recv.steps_until_receive())
+            steps = min(steps, recv.steps_until_receive(0, n))
         ahead = self.ahead
         if ahead is not None and ahead.pending:
             steps = 1   # arrivals of the last step join once the step formed without them ran
@@ -467,7 +469,7 @@ class ServingInstance:
                 done = cost.decode_steps_within(n, context, env.now - start)
                 # It is received after the step in progress (after the one formed during it,
                 # when the scheduler runs a step ahead), or at the next receive point.
-                until = recv.steps_until_receive(done) if recv is not None else done + (1 if ahead is None else 2)
+                until = recv.steps_until_receive(done, n) if recv is not None else done + (1 if ahead is None else 2)
                 if until < steps:
                     steps = until
                 end = start + cost.decode_stretch_s(n, context, steps)

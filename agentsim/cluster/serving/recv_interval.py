@@ -10,8 +10,17 @@ the engine is idle, it is received at once. Deployments tuned for throughput set
 save the receive's inter-process polling on every step; it batches arrivals, which keeps the
 closed-loop clients of a benchmark together.
 
+TensorRT-LLM's attention-DP balancing (``attention_dp_config: enable_balance, timeout_iters``,
+``tensorrt_llm/_torch/pyexecutor``'s ``_balance_adp_requests``) is the same counter with other
+release rules: every iteration (prefill ones included) in which not every attention-DP rank has a
+context request adds 1, and no context request is scheduled until every rank has one (here: as
+many are waiting as there are ranks), the counter reaches ``timeout_iters``, or some rank has no
+generation request (fewer requests running than ranks); each release resets the counter. It keeps
+a rank's context requests from stalling the others' decode steps one prefill at a time.
+
 :class:`RecvInterval` keeps the counter for one instance; N = 1 (the engine default) receives
-every request at once, as an instance without it does.
+every request at once, as an instance without it does. :func:`adp_balance` builds the
+TensorRT-LLM variant.
 """
 
 from __future__ import annotations
@@ -22,10 +31,18 @@ from collections import deque
 class RecvInterval:
     """The receive counter of one instance and the requests not yet received."""
 
-    def __init__(self, interval_steps: int):
+    def __init__(self, interval_steps: int, release_at: int = 0, min_running: int = 1,
+                 reset_on_prefill: bool = True):
+        """``release_at``: receive at once when this many requests wait (0: never early);
+        ``min_running``: receive at once while fewer requests run (1: when idle);
+        ``reset_on_prefill``: a prefill iteration makes the next loop a receive point (SGLang's
+        weight of 1000), else it counts as one step like a decode step (TensorRT-LLM)."""
         if interval_steps < 1:
             raise ValueError(f"receive interval must be at least 1 step, got {interval_steps}")
         self.interval_steps = interval_steps
+        self.release_at = release_at
+        self.min_running = min_running
+        self.reset_on_prefill = reset_on_prefill
         #: Decode steps since the last receive (0 .. interval_steps - 1).
         self.counter = 0
         #: Whether the last iteration ended at a receive point.
@@ -36,9 +53,17 @@ class RecvInterval:
         return len(self.unreceived)
 
     def on_prefill_iteration(self) -> None:
-        """A prefill batch ran: its weight (1000) passes any interval, so the next loop receives."""
+        """A prefill batch ran: its weight (1000) passes any interval, so the next loop receives
+        (SGLang); or it counts as one step (TensorRT-LLM's balancing)."""
+        if not self.reset_on_prefill:
+            self.on_decode_steps(1)
+            return
         self.counter = 0
         self.due = True
+
+    def _early(self) -> bool:
+        """Whether enough requests wait to be received at once (every rank has one)."""
+        return 0 < self.release_at <= len(self.unreceived)
 
     def on_decode_steps(self, steps: int) -> None:
         """``steps`` decode steps ran; the stretch ended at a receive point when the count is a
@@ -48,19 +73,43 @@ class RecvInterval:
         self.counter = total % self.interval_steps
         self.due = self.counter == 0
 
-    def steps_until_receive(self, done_steps: int = 0) -> int:
+    def steps_until_receive(self, done_steps: int = 0, running: int | None = None) -> int:
         """Decode steps from the start of a stretch to the first receive point after
         ``done_steps`` of them have completed (at least ``done_steps + 1``)."""
+        if self._early() or (running is not None and running < self.min_running):
+            return done_steps + 1
         after = self.counter + done_steps + 1
         return done_steps + 1 + (-after) % self.interval_steps
 
-    def take(self, idle: bool) -> list:
-        """The requests received now: all waiting ones when the last iteration ended at a receive
-        point or the engine is idle (its idle loop receives at once), else none."""
-        if not self.unreceived or not (self.due or idle):
+    def take(self, running: int) -> list:
+        """The requests received now, ``running`` requests being in the batch: all waiting ones
+        when the last iteration ended at a receive point, fewer than ``min_running`` run (an
+        idle engine's loop receives at once) or ``release_at`` of them wait, else none."""
+        if not self.unreceived or not (self.due or running < self.min_running or self._early()):
             return []
         self.counter = 0
         self.due = False
         received = list(self.unreceived)
         self.unreceived.clear()
         return received
+
+
+def adp_balance(timeout_iters: int, attention_dp: int) -> RecvInterval:
+    """TensorRT-LLM's attention-DP balancing for ``attention_dp`` ranks: context requests wait
+    until one per rank waits, at most ``timeout_iters`` iterations, at once while a rank has no
+    generation request."""
+    return RecvInterval(timeout_iters, release_at=attention_dp, min_running=attention_dp, reset_on_prefill=False)
+
+
+def receive_gate(serving, prefills: bool = True) -> RecvInterval | None:
+    """The receive gate a ``serving`` config asks for: TensorRT-LLM's attention-DP balancing
+    (``adp_balance_timeout_iters`` with more than one attention-DP rank, on an instance that
+    ``prefills``: a disaggregated decode worker schedules no context requests), else SGLang's
+    receive interval (``scheduler_recv_interval`` above 1), else None (every request received
+    at once)."""
+    dp = serving.parallelism.attention_dp
+    if serving.adp_balance_timeout_iters and dp > 1 and prefills:
+        return adp_balance(serving.adp_balance_timeout_iters, dp)
+    if serving.scheduler_recv_interval > 1:
+        return RecvInterval(serving.scheduler_recv_interval)
+    return None
