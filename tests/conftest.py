@@ -6,7 +6,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import os
+
 import pytest
+from hypothesis import settings
+
+# CI (``.ci/run`` runs with CI=true) replays the same property-test examples on every run, so a
+# counterexample found by chance fails the run that can reproduce it, not a later unrelated one;
+# a developer's run (no CI variable) explores new examples and saves any failure in .hypothesis/.
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"

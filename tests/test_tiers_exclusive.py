@@ -83,3 +83,36 @@ def test_a_block_prefetched_into_exclusive_dram_keeps_one_copy_once_the_prefetch
     cache.end_prefetch(pin)
     assert sum(e is not None for e in node.entries) == 1
     cache.check_invariants()
+
+
+def test_a_recomputed_run_that_hbm_splits_as_it_enters_keeps_no_exclusive_copy():
+    """Regression (found by the invariant-space property test): a request recomputes a run that
+    only the exclusive disk tier held, and 2Q's ghost hits on part of it split the run as it
+    enters HBM; the split's upper part kept its disk copy beside HBM ("resident in an exclusive
+    tier and another tier"). The commit now frees exclusive copies along the whole path."""
+    from agentsim.engine.loading import scenario_from_dict
+    from agentsim.engine.simulation import run_scenario
+
+    lognormal = lambda median, sigma, **extra: {"dist": "lognormal", "median": median, "sigma": sigma, **extra}
+    data = {
+        "name": "exclusive-split", "seed": 3720, "duration_s": 12,
+        "hardware": {"profile": "gb300_nvl72", "gpus_per_instance": 4, "instances": 1, "kv_capacity_bytes": "0.3GB"},
+        "model": {"profile": "deepseek_v3"},
+        "cache": {"block_tokens": 64, "eviction": "twoq",
+                  "tiers": {"dram": {"capacity_bytes": "0.3GB", "eviction": "s3fifo", "inclusive": False,
+                                     "write_policy": "write_back"},
+                            "disk": {"capacity_bytes": "1GB", "eviction": "lru", "inclusive": False},
+                            "on_tool_call": "demote", "prefetch": {"policy": "best_effort"}}},
+        "serving": {"max_batch_requests": 2, "prefill_chunk_tokens": 4096, "prefill_host_s_per_layer": 0},
+        "workload": {"global_system_prompt_tokens": 500, "agent_classes": {"coding": {
+            "arrival": {"kind": "population", "concurrent": 1, "ramp_s": 1}, "tools_prefix_tokens": 1000,
+            "initial_context_tokens": lognormal(1500, 0.5, round=True),
+            "calls_per_session": lognormal(4, 0.5, min=1, round=True),
+            "tool_gap_s": lognormal(0.5, 1.0), "human_turn_probability": 0.2,
+            "human_gap_s": {"dist": "exponential", "mean": 3},
+            "appended_tokens": lognormal(400, 0.8, round=True),
+            "output_tokens": lognormal(40, 0.7, min=1, round=True),
+            "subagents": {"probability": 0.3, "fanout": 2, "calls": 2}}}},
+        "run": {"check_invariants": True}}
+    result = run_scenario(scenario_from_dict(data, source="test"))   # raised InvariantViolation before
+    assert result.summary["requests"] > 10

@@ -374,6 +374,8 @@ class TieredCache(RunMerging, TierStaging):
         n = len(keys)
         used = 0
         fresh_nodes = []
+        top = node
+        recovered = False      # an existing run re-enters HBM (it may hold exclusive copies)
         while pos < n:
             child = node.children.get(keys[pos])
             if child is None:
@@ -387,6 +389,7 @@ class TieredCache(RunMerging, TierStaging):
             if child.entries[0] is None:
                 used += len(child.keys)
                 fresh_nodes.append(child)
+                recovered = True
             node = child
             pos += common
         fresh = keys[pos:]
@@ -414,6 +417,15 @@ class TieredCache(RunMerging, TierStaging):
         for fresh_node in fresh_nodes:
             self._enter(fresh_node, 0, now_s)
             self._free_exclusive_copies(fresh_node)
+        if recovered:
+            # HBM's policy may split a run as it enters (2Q and S3-FIFO split by ghost hits on
+            # part of it); the new upper part holds the same lower-tier copies, so free the
+            # exclusive ones along the committed path, as finish_load does.
+            cur = node
+            while cur is not top and cur.parent is not None:
+                if cur.entries[0] is not None and not cur.loading:
+                    self._free_exclusive_copies(cur)
+                cur = cur.parent
         self._touch_path(node, now_s, hit=False)
         if self.n_tiers > 1 and self.tiers[1].write_policy == "write_through":
             for fresh_node in fresh_nodes:
