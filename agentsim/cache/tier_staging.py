@@ -158,15 +158,20 @@ class TierStaging:
         hbm.reserved_blocks -= used
         if n_reserved - used:
             self.release(n_reserved - used)
-        # Exclusive tiers give up what arrived. Walk the path rather than ``arrived``: a policy
-        # may split an arriving node as it enters HBM (S3-FIFO splits runs by ghost
-        # membership), and the new upper part holds the same copies.
+        # Exclusive tiers give up what arrived.
+        self._free_exclusive_on_path(deepest)
+        return by_source
+
+    def _free_exclusive_on_path(self, deepest: TNode, top: TNode | None = None) -> None:
+        """Free the exclusive tiers' copies of every HBM-resident node (no load in flight) from
+        ``deepest`` up to ``top`` (exclusive; None: the root). Walk the path rather than the
+        nodes that entered HBM: a policy may split a node as it enters (2Q and S3-FIFO split
+        runs by ghost membership), and the new upper part holds the same copies."""
         node = deepest
-        while node.parent is not None:
+        while node is not top and node.parent is not None:
             if node.entries[0] is not None and not node.loading:
                 self._free_exclusive_copies(node)
             node = node.parent
-        return by_source
 
     def _release_io(self, entries: list[TierEntry]) -> None:
         """Drop one transfer pin from each entry; lazy policy heaps may have discarded entries

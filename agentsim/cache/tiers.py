@@ -416,16 +416,8 @@ class TieredCache(RunMerging, TierStaging):
             self.release(surplus)
         for fresh_node in fresh_nodes:
             self._enter(fresh_node, 0, now_s)
-            self._free_exclusive_copies(fresh_node)
-        if recovered:
-            # HBM's policy may split a run as it enters (2Q and S3-FIFO split by ghost hits on
-            # part of it); the new upper part holds the same lower-tier copies, so free the
-            # exclusive ones along the committed path, as finish_load does.
-            cur = node
-            while cur is not top and cur.parent is not None:
-                if cur.entries[0] is not None and not cur.loading:
-                    self._free_exclusive_copies(cur)
-                cur = cur.parent
+        if recovered:   # only a run that existed below HBM can hold exclusive copies
+            self._free_exclusive_on_path(node, top)
         self._touch_path(node, now_s, hit=False)
         if self.n_tiers > 1 and self.tiers[1].write_policy == "write_through":
             for fresh_node in fresh_nodes:

@@ -144,12 +144,11 @@ class ServingConfig(Strict):
         if self.min_new_token_ratio > self.init_new_token_ratio:
             raise FieldError(("min_new_token_ratio",), f"min_new_token_ratio ({self.min_new_token_ratio:g}) exceeds "
                              f"init_new_token_ratio ({self.init_new_token_ratio:g})")
-        if self.scheduler_recv_interval > 1 and self.engine != "sglang":
-            raise FieldError(("scheduler_recv_interval",), f"scheduler_recv_interval is an SGLang option; "
-                             f"engine is {self.engine}")
-        if self.adp_balance_timeout_iters is not None and self.engine != "trtllm":
-            raise FieldError(("adp_balance_timeout_iters",), f"adp_balance_timeout_iters is a TensorRT-LLM option; "
-                             f"engine is {self.engine}")
+        for name, is_set, engine, label in (
+                ("scheduler_recv_interval", self.scheduler_recv_interval > 1, "sglang", "an SGLang"),
+                ("adp_balance_timeout_iters", self.adp_balance_timeout_iters is not None, "trtllm", "a TensorRT-LLM")):
+            if is_set and self.engine != engine:
+                raise FieldError((name,), f"{name} is {label} option; engine is {self.engine}")
         return self
 
     def kv_admission_rule(self) -> str:

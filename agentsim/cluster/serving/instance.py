@@ -50,8 +50,8 @@ class ServingInstance:
                  links=None, load_rule: LoadRule | None = None, overlap_layers: bool = False, peers=None,
                  tiers_config=None, kv_rule: KvAdmissionRule | None = None, preemption: str = "recompute",
                  long_prefill_tokens: int | None = None, mixed_prefill: bool = True,
-                 rank_chunk_tokens: int | None = None, recv_interval_steps: int = 1,
-                 schedule_ahead: bool = False, receive_gate: RecvInterval | None = None):
+                 rank_chunk_tokens: int | None = None, schedule_ahead: bool = False,
+                 receive_gate: RecvInterval | None = None):
         self.env = env
         self.instance_id = instance_id
         self.cache = cache
@@ -67,10 +67,10 @@ class ServingInstance:
         #: False: an iteration with prefill chunks is a prefill-only batch and the decoding
         #: requests wait it out (SGLang's scheduler); True: they take their step in it.
         self.mixed_prefill = mixed_prefill
-        #: SGLang's scheduler_recv_interval, or TensorRT-LLM's attention-DP balancing
-        #: (``receive_gate``): arrivals wait for the next receive point (None: received at once).
-        self.recv = receive_gate if receive_gate is not None else (
-            RecvInterval(recv_interval_steps) if recv_interval_steps > 1 else None)
+        #: SGLang's scheduler_recv_interval or TensorRT-LLM's attention-DP balancing
+        #: (``recv_interval.receive_gate``): arrivals wait for the next receive point (None:
+        #: received at once).
+        self.recv = receive_gate
         #: The scheduler forms each step while the one before runs (step_ahead); None: after it.
         #: A receive interval has receive points of its own and takes its place.
         self.ahead = StepAhead() if schedule_ahead and self.recv is None else None
