@@ -70,6 +70,13 @@ class RecomputeClassifier:
         #: (and recorded) after it ended.
         self.key_horizon = None
         self._purge_at = 4096
+        #: Keys below this that are not in :attr:`_protected` are dead (the horizon at the last
+        #: purge: the oldest live key only moves up, and shared prefixes created later get keys
+        #: above it), so their removals are not recorded at all: on a long run the lower tiers
+        #: evict ended agents' blocks for hours (1.7M such records in a day of four instances,
+        #: each a dict entry the next purge dropped again).
+        self._dead_below = 0
+        self._protected: set[int] | frozenset[int] = frozenset()
         tiers_of = [list(getattr(inst.cache, "tiers", None) or [inst.cache]) for inst in instances]
         self.tier_names = [tier.name for tier in tiers_of[0]] if tiers_of else ["hbm"]
         #: Evicted tokens of measured requests (arrival after the warm-up), by tier lost from.
@@ -90,6 +97,9 @@ class RecomputeClassifier:
         policy.on_remove = on_remove
 
     def _record(self, instance: int, keys: list[int], tier_index: int) -> None:
+        dead_below = self._dead_below
+        if keys and keys[0] < dead_below and max(keys) < dead_below and self._protected.isdisjoint(keys):
+            return                              # an ended agent's blocks (see _dead_below)
         owner = instance + 1
         code = (owner << _TIER_BITS) | (1 + tier_index)
         first = self._layers[0]
@@ -112,6 +122,8 @@ class RecomputeClassifier:
                     values[i] = code
                     continue
             else:
+                if i < 0 and key < self._dead_below and key not in self._protected:
+                    continue                    # a dead key: no call can send it again
                 if self.key_horizon is not None and first.grows_for(key):
                     # Drop the dead keys below the oldest live one before the span doubles:
                     # otherwise it doubles over them (purges follow the count, not the span).
@@ -165,6 +177,7 @@ class RecomputeClassifier:
 
     def _purge(self) -> None:
         oldest, protected = self.key_horizon()
+        self._dead_below, self._protected = oldest, protected
         for layer in self._layers:
             layer.drop_below(oldest, protected)
         for instance, spill in self._spill.items():
