@@ -63,6 +63,31 @@ def test_the_emulated_row_runs_disaggregated():
     assert (done.kv_transfer_bytes == done.prompt_tokens * result.scenario.model.kv_bytes_per_token).all()
 
 
+def test_the_front_end_routes_decode_in_turn_and_a_full_worker_makes_a_request_wait():
+    """Dynamo's frontend (the recipes' front end, no router mode set) picks decode workers
+    round-robin, blind to load: with one slot per decode worker (the low-latency recipes' batch 1)
+    and as many clients as workers, a client whose request ends first is sent to the next worker
+    in turn, which may still be decoding another client's longer request, and waits there (its
+    TTFT holds the wait); a least-loaded choice always finds the idle worker."""
+    data = disaggregated_row_scenario({**ROW, "decode_num_workers": 4.0}, aggregated)
+    assert data["serving"]["router"] == "round_robin"
+    assert data["serving"]["disaggregation"]["decode_router"] == "round_robin"
+    # Four clients of widely spread output lengths, so requests end out of turn.
+    client = {**data["workload"]["agent_classes"]["client"], "initial_context_tokens": 1024,
+              "output_tokens": {"dist": "uniform", "low": 50, "high": 1000},
+              "arrival": {"kind": "population", "concurrent": 4, "ramp_s": 0}}
+    data = {**data, "duration_s": 40.0, "workload": {**data["workload"], "agent_classes": {"client": client}}}
+    waits = {}
+    for router in ("round_robin", "least_loaded"):
+        pools = {**data["serving"]["disaggregation"], "decode_router": router}
+        pools["decode"] = {**pools["decode"], "max_num_seqs": 1}
+        result = run_scenario(scenario_from_dict({**data, "serving": {**data["serving"], "disaggregation": pools}}))
+        done = result.tables["requests"].query("not rejected")
+        assert len(done) > 20
+        waits[router] = done.decode_queue_s.max()
+    assert waits["least_loaded"] == 0.0 and waits["round_robin"] > 1.0
+
+
 def test_rows_with_pools_take_the_decode_cap_of_the_recipe_that_ran_them():
     """cfg388 (GB200, 1 prefill worker of DEP4, 4 decode workers of TEP8): the database dump
     writes decode_batch_size = clients / 4, but the recipe's decode workers run at most 32

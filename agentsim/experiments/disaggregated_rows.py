@@ -164,10 +164,14 @@ def disaggregated_row_scenario(row: dict, aggregated_scenario: Callable[[dict], 
         data = _sa_bench_lengths(data, row)
     serving = dict(data["serving"])
     serving["max_num_seqs"] = clients
-    # Random prompts share nothing: routing by load is what the benchmark's front end does.
+    # The benchmark's front end routes both hops in turn: the recipes run Dynamo's frontend
+    # (``frontend: type: dynamo``) without a ``router-mode``, and its default is round-robin.
+    # Round-robin does not see load: with a decode worker of few slots (the low-latency recipes'
+    # ``batch 1-4``) a request can land on a full worker while another is idle and wait there
+    # for a whole request's decode, which a least-loaded choice never does.
     serving["router"] = "round_robin"
     if draft_tokens:
         serving["speculative_decoding"] = {"draft_tokens": draft_tokens}
     serving["disaggregation"] = {"prefill": prefill, "decode": {**decode, "max_num_seqs": decode.get("max_num_seqs", clients)},
-                                 "decode_router": "least_loaded"}
+                                 "decode_router": "round_robin"}
     return {**data, "serving": serving}
