@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
-
-import os
 
 import pytest
 from hypothesis import settings

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from agentsim.cache.policies import EVICTION_POLICIES
 from agentsim.cache.tiers import TieredCache, TierSpec
+from agentsim.engine.loading import scenario_from_dict
+from agentsim.engine.simulation import run_scenario
 from tests.test_tiers import seq, serve
 
 
@@ -90,9 +92,6 @@ def test_a_recomputed_run_that_hbm_splits_as_it_enters_keeps_no_exclusive_copy()
     only the exclusive disk tier held, and 2Q's ghost hits on part of it split the run as it
     enters HBM; the split's upper part kept its disk copy beside HBM ("resident in an exclusive
     tier and another tier"). The commit now frees exclusive copies along the whole path."""
-    from agentsim.engine.loading import scenario_from_dict
-    from agentsim.engine.simulation import run_scenario
-
     lognormal = lambda median, sigma, **extra: {"dist": "lognormal", "median": median, "sigma": sigma, **extra}
     data = {
         "name": "exclusive-split", "seed": 3720, "duration_s": 12,
