@@ -42,7 +42,10 @@ def test_pools_come_from_the_prefill_and_decode_columns():
     data = disaggregated_row_scenario(ROW, aggregated)
     scenario = scenario_from_dict(data)
     pools = scenario.serving.disaggregation
-    assert (pools.prefill.workers, pools.prefill.gpus_per_worker, pools.prefill.max_num_seqs) == (1, 4, 4)
+    # An InferenceX prefill worker batches by tokens (16K per rank, its recipes' budget), not
+    # one prompt per rank as the row's prefill_batch_size 1 says.
+    assert (pools.prefill.workers, pools.prefill.gpus_per_worker, pools.prefill.max_num_seqs) == (1, 4, None)
+    assert pools.prefill.max_num_batched_tokens == 16384
     assert (pools.prefill.parallelism.attention_dp, pools.prefill.parallelism.moe_ep) == (4, 4)
     # The row's decode_batch_size (9) is its 36 clients over 4 workers; the recipe that ran this
     # deployment (ctx1_gen4_tep8_batch8_eplb0_mtp0.yaml) caps each decode worker at 8.
@@ -121,6 +124,28 @@ def test_concurrency_falls_back_to_decode_slots():
                         "decode_attention_dp_size": 32.0}) == 2048
     with pytest.raises(DisaggRowError, match="prefill_num_workers"):
         disaggregated_row_scenario({**ROW, "prefill_num_workers": float("nan")}, aggregated)
+
+
+def test_a_prefill_rank_batches_prompts_up_to_its_token_budget():
+    """36 clients of 1K-token prompts arrive at once at one DP-4 prefill worker: batched by the
+    16K-token budget, a rank prefills its nine prompts in one step and pays the step's host
+    time once, so the burst clears sooner than at one prompt per rank per step (the row's
+    prefill_batch_size, which the eval harness's rows keep). (At 8K tokens two prompts fill a
+    step and the host time is a small part of it: batching then raises the mean TTFT of a
+    burst, as it delays the first prompt of each pair.)"""
+    data = disaggregated_row_scenario({**ROW, "isl": 1024}, aggregated)
+    one_per_rank = {**data, "serving": {**data["serving"], "disaggregation": {
+        **data["serving"]["disaggregation"],
+        "prefill": {**data["serving"]["disaggregation"]["prefill"], "max_num_seqs": 4, "max_num_batched_tokens": 8192}}}}
+    waits = []
+    for scenario in (data, one_per_rank):
+        requests = run_scenario(scenario_from_dict(scenario)).tables["requests"]
+        first_burst = requests.sort_values("arrival_s").head(36)
+        waits.append(first_burst.ttft_s.mean())
+    assert waits[0] < 0.9 * waits[1]
+    eval_harness = {**ROW, "silicon_data_source": "aic-auto-gap-analysis; silicon_concurrency=36"}
+    prefill = scenario_from_dict(disaggregated_row_scenario(eval_harness, aggregated)).serving.disaggregation.prefill
+    assert prefill.max_num_seqs == 4 and prefill.max_num_batched_tokens is None
 
 
 def test_prefill_attention_dp_ranks_are_counted_once():

@@ -30,6 +30,17 @@ _PARALLELISM = (("tp_size", "tp"), ("pp_size", "pp"), ("attention_dp_size", "att
                 ("moe_tp_size", "moe_tp"), ("moe_ep_size", "moe_ep"))
 
 
+#: Token budget of one attention-DP rank's prefill iteration on InferenceX's prefill workers: what
+#: its srt-slurm recipes deploy on all three engines. TensorRT-LLM prefill workers run
+#: ``max_num_tokens: 16384`` (1k/1k: ``max_batch_size: 16``; 8k/1k: ``max_batch_size: 2`` with
+#: 16,384-16,896 tokens), SGLang ones ``chunked-prefill-size: 131072`` over ``dp-size: 8``
+#: (16,384 per rank, SGLang's default ``max-prefill-tokens`` too) and vLLM ones
+#: ``max-num-batched-tokens: 16384``. So a prefill rank batches as many prompts as fit 16K tokens,
+#: whatever the row's ``prefill_batch_size`` (1 on every row: aiconfigurator's static estimate
+#: prefills one prompt per rank, the deployed engines do not).
+INFERENCEX_PREFILL_RANK_TOKENS = 16384
+
+
 class DisaggRowError(ValueError):
     """The row lacks what a disaggregated emulation needs; the message says what."""
 
@@ -162,6 +173,12 @@ def disaggregated_row_scenario(row: dict, aggregated_scenario: Callable[[dict], 
         for name, cls in data["workload"]["agent_classes"].items()}}}
     if measured_by_inferencex(row):
         data = _sa_bench_lengths(data, row)
+        # InferenceX's prefill workers batch by tokens (INFERENCEX_PREFILL_RANK_TOKENS), not by
+        # the row's ``prefill_batch_size``: one prompt per rank per step would pay the step's host
+        # time (agentsim.hardware.timing.prefill_host) once per prompt and, at thousands of
+        # clients, queue them for tens of seconds in front of the prefill pool.
+        prefill = {key: value for key, value in prefill.items() if key != "max_num_seqs"}
+        prefill["max_num_batched_tokens"] = INFERENCEX_PREFILL_RANK_TOKENS
     serving = dict(data["serving"])
     serving["max_num_seqs"] = clients
     # The benchmark's front end routes both hops in turn: the recipes run Dynamo's frontend
