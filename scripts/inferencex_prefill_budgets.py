@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import re
 import subprocess
 import sys
 
@@ -64,11 +63,13 @@ def main(argv: list[str]) -> int:
         except yaml.YAMLError:
             continue
         backend = recipe.get("backend") if isinstance(recipe, dict) else None
+        if not isinstance(backend, dict):
+            continue
         for section, engine in _SECTIONS:
-            prefill = (backend or {}).get(section, {}) if isinstance(backend, dict) else {}
-            if isinstance(prefill, dict) and isinstance(prefill.get("prefill"), dict):
-                length = "8k" if re.search(r"8k", path) else "1k"
-                counts[(engine, length)][prefill_rank_tokens(engine, prefill["prefill"])] += 1
+            config = backend.get(section)
+            prefill = config.get("prefill") if isinstance(config, dict) else None
+            if isinstance(prefill, dict):
+                counts[(engine, "8k" if "8k" in path else "1k")][prefill_rank_tokens(engine, prefill)] += 1
     for (engine, length), found in sorted(counts.items()):
         common = ", ".join(f"{tokens} ({n})" for tokens, n in found.most_common(6))
         print(f"{engine:7s} {length}: {sum(found.values()):4d} files; {common}")

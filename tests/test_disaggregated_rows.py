@@ -6,7 +6,8 @@ import pytest
 
 from agentsim.engine.loading import scenario_from_dict
 from agentsim.engine.simulation import run_scenario
-from agentsim.experiments.disaggregated_rows import DisaggRowError, concurrency, disaggregated_row_scenario
+from agentsim.experiments.disaggregated_rows import (INFERENCEX_PREFILL_RANK_TOKENS, DisaggRowError, concurrency,
+                                                      disaggregated_row_scenario)
 
 # A disaggregated row as measured_runs.csv spells it (dsr1_gb300_trtllm_fp8_disagg_8192x1024_c36_cfg392).
 ROW = {"id": "dsr1_gb300_trtllm_fp8_disagg_8192x1024_c36_cfg392", "backend": "trtllm", "system": "gb300",
@@ -45,7 +46,7 @@ def test_pools_come_from_the_prefill_and_decode_columns():
     # An InferenceX prefill worker batches by tokens (16K per rank, its recipes' budget), not
     # one prompt per rank as the row's prefill_batch_size 1 says.
     assert (pools.prefill.workers, pools.prefill.gpus_per_worker, pools.prefill.max_num_seqs) == (1, 4, None)
-    assert pools.prefill.max_num_batched_tokens == 16384
+    assert pools.prefill.max_num_batched_tokens == INFERENCEX_PREFILL_RANK_TOKENS == 16384
     assert (pools.prefill.parallelism.attention_dp, pools.prefill.parallelism.moe_ep) == (4, 4)
     # The row's decode_batch_size (9) is its 36 clients over 4 workers; the recipe that ran this
     # deployment (ctx1_gen4_tep8_batch8_eplb0_mtp0.yaml) caps each decode worker at 8.

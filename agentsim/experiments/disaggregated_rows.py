@@ -177,8 +177,8 @@ def disaggregated_row_scenario(row: dict, aggregated_scenario: Callable[[dict], 
         # the row's ``prefill_batch_size``: one prompt per rank per step would pay the step's host
         # time (agentsim.hardware.timing.prefill_host) once per prompt and, at thousands of
         # clients, queue them for tens of seconds in front of the prefill pool.
-        prefill = {key: value for key, value in prefill.items() if key != "max_num_seqs"}
-        prefill["max_num_batched_tokens"] = INFERENCEX_PREFILL_RANK_TOKENS
+        prefill = {**prefill, "max_num_batched_tokens": INFERENCEX_PREFILL_RANK_TOKENS}
+        prefill.pop("max_num_seqs", None)
     serving = dict(data["serving"])
     serving["max_num_seqs"] = clients
     # The benchmark's front end routes both hops in turn: the recipes run Dynamo's frontend
