@@ -97,3 +97,45 @@ def test_tensorrt_llm_recipes_set_the_step_token_budget_they_launched_with():
     assert recipe_serving({**row, "model_path": "meta-llama/Llama-3.1-70B"}, 8, 8) == {"max_num_batched_tokens": 16384}
     assert recipe_serving({**row, "model_path": "Qwen/Qwen3-32B"}, 8, 8) == {}
     assert recipe_serving({**row, "silicon_data_source": "source_file=/x/aic-auto-gap-analysis/y.csv"}, 8, 8) == {}
+
+
+def test_eval_rows_get_the_step_budget_aiconfigurators_generator_wrote():
+    from agentsim.experiments.aic_generator import generator_serving
+
+    source = "source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/Qwen_Qwen3-32B.csv; "
+    row = {"backend": "trtllm", "backend_version": "1.0.0rc3", "mode": "agg", "isl": 1024, "batch_size": 32.0,
+           "silicon_data_source": source}
+    # max_batch_size + isl + 1500: room for one prompt beside every decoding request.
+    assert generator_serving(row) == {"max_num_batched_tokens": 32 + 1024 + 1500}
+    assert generator_serving({**row, "batch_size": 4.0, "isl": 512}) == {"max_num_batched_tokens": 4 + 512 + 1500}
+    assert generator_serving({**row, "backend": "vllm", "backend_version": "0.12.0"}) == {}   # not known to be set
+    assert generator_serving({**row, "backend": "sglang", "backend_version": "0.5.8.post1"}) == {}
+    assert generator_serving({**row, "mode": "disagg"}) == {}
+    assert generator_serving({**row, "silicon_data_source": "db-dump/2026-04-27; config_id=1"}) == {}
+
+
+def test_check_timing_launches_an_eval_row_with_the_generators_budget(monkeypatch):
+    """The emulated deployment has the budget: a round of 1k prompts is prefilled a few per step
+    (no longer 8 per 8,192-token step), so the clients spread out and the mean TTFT falls."""
+    import agentsim.experiments.timing_check as timing_check
+
+    source = ("source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/"
+              "meta-llama_Llama-3.1-8B-Instruct.csv; silicon_concurrency=32")
+    row = {"id": "eval-row", "silicon_data_source": source, "backend": "trtllm", "backend_version": "1.0.0rc3",
+           "model_path": "meta-llama/Llama-3.1-8B-Instruct", "system": "h100_sxm", "precision": "bf16", "mode": "agg",
+           "isl": 1024, "osl": 128, "gemm_quant_mode": "", "moe_quant_mode": "", "batch_size": 32.0, "tp_size": 1.0,
+           "pp_size": 1.0, "attention_dp_size": float("nan"), "moe_tp_size": float("nan"), "moe_ep_size": float("nan"),
+           "silicon_ttft_ms": 300.0, "silicon_tpot_ms": 10.0}
+    budgets = []
+    run = timing_check.run_scenario
+
+    def recording(scenario):
+        budgets.append(scenario.serving.instance_batch_tokens())
+        return run(scenario)
+
+    monkeypatch.setattr(timing_check, "run_scenario", recording)
+    launched = timing_check.emulate_row(row)
+    assert launched.skipped is None and set(budgets) == {32 + 1024 + 1500}
+    monkeypatch.setattr(timing_check, "generator_serving", lambda row: {})
+    default = timing_check.emulate_row(row)
+    assert launched.predicted_ttft_ms < 0.8 * default.predicted_ttft_ms

@@ -33,6 +33,7 @@ from agentsim.engine.loading import scenario_from_dict
 from agentsim.engine.simulation import run_scenario
 from agentsim.errors import InputError
 from agentsim.config.disaggregation import pool_scenario
+from agentsim.experiments.aic_generator import generator_serving
 from agentsim.experiments.benchmark_clients import ClientProtocol, client_protocol, length_spec
 from agentsim.experiments.benchmark_recipes import recipe_serving
 from agentsim.experiments.benchmark_rows import RowSkipped, row_scenario
@@ -185,6 +186,7 @@ def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: b
         serving = data["serving"]
         recipe = recipe_serving(row, serving["max_num_seqs"], serving["parallelism"]["tp"],
                                 serving["parallelism"].get("attention_dp", 1))
+        recipe.update(generator_serving(row))   # aiconfigurator's eval rows: its generator's limits
         kv_cache = recipe_kv_cache(row)
         if kv_cache is not None:  # the KV-cache type it set (its capacity, its decode reads)
             recipe["precision"] = {**serving.get("precision", {}), "kv_cache": kv_cache}
