@@ -23,7 +23,7 @@ max_batch_size + isl + 1500``, but its vLLM launch script passed that flag only 
 ``max_prefill_tokens = isl + 1500`` and ``enable_mixed_chunk`` for aggregated workers, which the
 SGLang rows do not behave as (Llama-3.1-8B on one H200 node at 352 clients of 1,000 + 100 tokens,
 SGLang 0.5.6: 812 ms of TTFT and 33 ms of TPOT, 86 prompts a second, which a 2,500-token prefill
-budget per 35 ms step cannot admit; emulated so, 1.96 s), and the rows of SGLang 0.5.1 predate
+budget per 35 ms step cannot admit; emulated so, 2.02 s), and the rows of SGLang 0.5.1 predate
 its SGLang support. The same templates turn TensorRT-LLM's KV block reuse off
 (``enable_block_reuse: false``), which changes nothing here: the benchmark's prompts share no
 prefix.
