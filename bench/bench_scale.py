@@ -16,6 +16,10 @@ NVMe, the default ``kv_aware`` router), each in its own process so that peak mem
 * **CPU per request, 24 h / 10 min**: 50 agents on 4 instances of the rack for 24 simulated
   hours and for 10 minutes (target <= 1.25: nothing grows with session age or run length).
 
+The CPU figures are the best of ``--repeat`` runs of each (``bench/run_all.py`` passes its
+``--repeat``, 3 by default): on this shared two-core machine one run of the same simulation
+varied by 10% (1 rack: 4.82-5.63 s), which moved the four-rack ratio across its target.
+
 CPU is the event loop's (from the first event to the end of the run): building the timing
 tables and the result's tables are fixed costs per run, not per request.
 
@@ -98,11 +102,22 @@ def memory_row(label: str, short: dict, long: dict, spans: str) -> Row:
                f"{short['loop_max_rss_mb']:.0f} -> {long['loop_max_rss_mb']:.0f} MB")
 
 
-def rows() -> list[Row]:
+def best_of(repeat: int, instances: int, agents: int, duration: str) -> dict:
+    """``repeat`` runs of the same (deterministic) simulation: the first's figures, with the
+    least event-loop CPU of all (other jobs on a shared machine only ever add CPU time)."""
+    runs = [run(instances, agents, duration) for _ in range(max(1, repeat))]
+    if len({r["requests"] for r in runs}) != 1:
+        raise RuntimeError(f"runs of one scenario simulated different requests: {[r['requests'] for r in runs]}")
+    return {**runs[0], "cpu_s": min(r["cpu_s"] for r in runs), "cpu_runs_s": [r["cpu_s"] for r in runs]}
+
+
+def rows(repeat: int = 1) -> list[Row]:
+    """The memory rows from one run per span (peak RSS does not depend on other jobs); the CPU
+    rows from the best of ``repeat`` runs of each short span and of the day."""
     rack = INSTANCES_PER_RACK
-    one_short, one_long = run(rack, 1000, "10m"), run(rack, 1000, "40m")
-    four_short, four_long = run(4 * rack, 4000, "10m"), run(4 * rack, 4000, "20m")
-    day_short, day_long = run(4, 50, "10m"), run(4, 50, "24h")
+    one_short, one_long = best_of(repeat, rack, 1000, "10m"), run(rack, 1000, "40m")
+    four_short, four_long = best_of(repeat, 4 * rack, 4000, "10m"), run(4 * rack, 4000, "20m")
+    day_short, day_long = best_of(repeat, 4, 50, "10m"), best_of(repeat, 4, 50, "24h")
     out = [
         memory_row("1 rack, 1000 agents", one_short, one_long, "10 vs 40 min"),
         memory_row("4 racks, 4000 agents", four_short, four_long, "10 vs 20 min"),
@@ -124,8 +139,8 @@ def main() -> None:
         child(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args()
-    print_table(rows())
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each CPU figure (the best taken)")
+    print_table(rows(parser.parse_args().repeat))
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def main() -> None:
             rows += bench_rack.rows(scaling=not args.quick)
         elif section == "scale":
             import bench_scale
-            rows += bench_scale.rows()
+            rows += bench_scale.rows(args.repeat)
         elif section == "refactor":
             import refactor_speed
             rows += refactor_speed.rows(args.repeat)
