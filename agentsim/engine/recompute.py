@@ -34,10 +34,6 @@ finished request and once per finished agent.
 
 from __future__ import annotations
 
-from array import array
-
-import numpy as np
-
 from agentsim.cache.key_map import DenseKeyMap
 
 #: A loss record: ``(instance + 1) << 8 | 1 + tier index`` (one int per key).
@@ -45,11 +41,6 @@ _TIER_BITS = 8
 #: Dense maps of loss codes (the first, second, ... instance to lose a key); owners beyond them
 #: go to a dict per instance.
 DENSE_LAYERS = 3
-#: Removals of at least this many keys record the first layer's in-span keys in one vectorised
-#: pass (numpy's fixed cost, a few microseconds a call, is below the per-key loop's from about
-#: here). On a day of the rack's four instances a removal is 75 keys on average, and the calls
-#: of 64 or more hold nine tenths of the keys: a full cache's evictions are whole merged runs.
-_VECTOR_MIN_KEYS = 64
 
 
 def _removed_keys(obj, blocks: int) -> list[int]:
@@ -116,8 +107,6 @@ class RecomputeClassifier:
             return                              # an ended agent's blocks (see _dead_below)
         owner = instance + 1
         code = (owner << _TIER_BITS) | (1 + tier_index)
-        if len(keys) >= _VECTOR_MIN_KEYS:
-            keys = self._record_in_span(keys, owner, code)
         first = self._layers[0]
         values, base = first.values, first.base
         size = len(values)
@@ -190,38 +179,6 @@ class RecomputeClassifier:
         first.count += added
         if len(first) > self._purge_at and self.key_horizon is not None:
             self._purge()
-
-    def _record_in_span(self, keys, owner: int, code: int) -> list[int]:
-        """If every key of ``keys`` is inside the first layer's span (evictions remove old keys),
-        record in one vectorised pass those it holds for no other instance (unset, or lost by
-        ``owner`` before: the per-key loop's common cases) and return the others, in their
-        order, for the per-key loop; otherwise return ``keys`` unchanged. Each key's record is
-        independent of the others', and only a key outside the span can make the loop purge, so
-        the split leaves the same record (and purge points) as the per-key loop over all of it."""
-        first = self._layers[0]
-        values = first.values
-        if not len(values):
-            return keys
-        if isinstance(keys, array) and keys.typecode == "q":
-            wanted = np.frombuffer(keys, dtype=np.int64)
-        else:
-            try:
-                wanted = np.asarray(keys, dtype=np.int64)
-            except OverflowError:               # a trace's id beyond 64 bits: the loop takes it
-                return keys
-        offsets = wanted - first.base
-        if not ((offsets >= 0) & (offsets < len(values))).all():
-            return keys
-        view = np.frombuffer(values, dtype=np.dtype(values.typecode))
-        held = view[offsets]
-        mine = (held == 0) | ((held >> _TIER_BITS) == owner)
-        fresh = offsets[held == 0]
-        if len(fresh) > 1 and not (fresh[1:] > fresh[:-1]).all():
-            fresh = np.unique(fresh)            # a key given twice is new once
-        view[offsets[mine]] = code
-        del view                                # the array cannot grow while exported
-        first.count += len(fresh)
-        return wanted[~mine].tolist()
 
     def _purge(self) -> None:
         oldest, protected = self.key_horizon()
