@@ -22,8 +22,10 @@ def _classifier(n_instances: int) -> RecomputeClassifier:
     return RecomputeClassifier(instances, block_tokens=16, warmup_s=0.0)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_loss_record_matches_a_dict_per_instance(seed):
+@pytest.mark.parametrize("seed,longest", [(0, 30), (1, 30), (2, 30), (3, 30), (4, 200), (5, 200)])
+def test_loss_record_matches_a_dict_per_instance(seed, longest):
+    """``longest``: the longest removal (a full cache's evictions remove whole merged runs of
+    hundreds of keys, not contiguous, and a key may come twice)."""
     rng = random.Random(seed)
     n_instances = 2 * DENSE_LAYERS + 2          # keys lost on more instances than dense layers
     record = _classifier(n_instances)
@@ -41,7 +43,9 @@ def test_loss_record_matches_a_dict_per_instance(seed):
         op = rng.random()
         if op < 0.6:
             start = rng.choice((rng.randrange(1, 40), max(1, next_key - rng.randrange(1, 400)), next_key))
-            keys = list(range(start, start + rng.randrange(1, 30)))
+            keys = list(range(start, start + rng.randrange(1, longest)))
+            if longest > 30 and rng.random() < 0.3:
+                keys = keys[::2] + keys[:3]       # not contiguous, some keys given twice
             if rng.random() < 0.05:
                 keys.append(rng.getrandbits(60))   # a trace's hash id
             next_key = max(next_key, keys[-1] + 1) if keys[-1] < 2**40 else next_key
@@ -50,7 +54,7 @@ def test_loss_record_matches_a_dict_per_instance(seed):
                 # hours): dead keys, never sent again, so not recorded once a purge has seen
                 # them dead; mixed with live and shared keys in one removal or not.
                 low = rng.randrange(1, oldest[0])
-                keys = list(range(low, min(low + rng.randrange(1, 30), oldest[0])))
+                keys = list(range(low, min(low + rng.randrange(1, longest), oldest[0])))
                 if rng.random() < 0.5:
                     keys += list(range(oldest[0], oldest[0] + rng.randrange(0, 5)))
             instance, tier = rng.randrange(n_instances), rng.randrange(3)
