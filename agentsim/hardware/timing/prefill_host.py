@@ -30,11 +30,31 @@ sglang       dense  0.25 (no rows of 4 clients or fewer: the dense figures of th
 
 aiconfigurator-core's own estimate adds 0.8 ms per layer for vLLM, fitted to its benchmark
 corpus; the vLLM MoE figure here agrees with it. Rows of more clients (the rest of the file)
-are not used, so check-timing's error on them tests the figures. A scenario can set its own
-with ``serving.prefill_host_s_per_layer``.
+are not used, so check-timing's error on them tests the figures.
+
+**Lower per deployment where it was measured lower.** Within one engine and kind the
+deployments differ by up to 10x (the spread above). A deployment (engine, model, system) with at
+least :data:`MIN_CALIBRATION_ROWS` such rows has its own median
+(``agentsim/data/prefill_host_by_deployment.csv``, written by ``scripts/calibrate_prefill_host.py``
+with :mod:`agentsim.experiments.host_calibration` from ``measured_runs.csv``); where it is below
+the engine's figure the deployment gets it (Qwen3-235B on TensorRT-LLM / H100: 0.47 ms a layer
+against 1.5). Where it is above, the engine's figure stays: a low-load gap of 5-13 ms a layer
+(DeepSeek-R1 on TensorRT-LLM / H200, DeepSeek-V3 on SGLang / B300) is far more than launching a
+layer's kernels costs, and charged to every prefilling iteration it makes the same deployment's
+loaded rows too slow (a disaggregated H200 row: 19.0 s of TTFT predicted against 2.1 s measured,
+3.0 s with the engine's figure), so the excess is a per-request cost outside the iteration that
+is not modelled. A scenario can set its own with ``serving.prefill_host_s_per_layer``;
+:func:`prefill_host_source` says which a scenario got.
 """
 
 from __future__ import annotations
+
+import csv
+import functools
+import io
+from importlib import resources
+
+from agentsim.hardware.timing.deployment import canonical_model
 
 #: Host seconds per layer of an iteration that prefills, by (engine, model is MoE). [calibrated,
 #: see the module docstring]
@@ -48,13 +68,60 @@ PREFILL_HOST_S_PER_LAYER: dict[tuple[str, bool], float] = {
 }
 
 
+#: Fewest calibration rows for a deployment's own figure; with fewer its engine's is used.
+MIN_CALIBRATION_ROWS = 3
+#: The per-deployment calibration table packaged with agentsim.
+CALIBRATION_FILE = "data/prefill_host_by_deployment.csv"
+
+
+@functools.lru_cache(maxsize=1)
+def deployment_figures() -> dict[tuple[str, str, str], tuple[float, int]]:
+    """``{(engine, model, system): (host seconds per layer, calibration rows)}`` from
+    :data:`CALIBRATION_FILE`, the deployments with at least :data:`MIN_CALIBRATION_ROWS` rows
+    (``model`` as aiconfigurator-core names it, ``system`` a hardware profile's system)."""
+    text = resources.files("agentsim").joinpath(CALIBRATION_FILE).read_text()
+    figures = {}
+    for entry in csv.DictReader(io.StringIO(text)):
+        rows = int(entry["rows"])
+        if rows >= MIN_CALIBRATION_ROWS:
+            key = (entry["engine"], entry["model"], entry["system"])
+            figures[key] = (float(entry["host_ms_per_layer"]) * 1e-3, rows)
+    return figures
+
+
+def _deployment_key(scenario) -> tuple[str, str, str]:
+    return scenario.serving.engine, canonical_model(scenario.model.name), scenario.hardware.system
+
+
 def prefill_host_s_per_layer(scenario) -> float:
     """Host seconds per layer of a prefilling iteration: ``serving.prefill_host_s_per_layer``,
-    else the engine's calibrated figure for the model's kind."""
+    else the engine's figure for the model's kind, or the deployment's calibrated one where that
+    is lower."""
     serving = scenario.serving
     if serving.prefill_host_s_per_layer is not None:
         return serving.prefill_host_s_per_layer
-    return PREFILL_HOST_S_PER_LAYER[(serving.engine, scenario.model.is_moe())]
+    engines = PREFILL_HOST_S_PER_LAYER[(serving.engine, scenario.model.is_moe())]
+    measured = deployment_figures().get(_deployment_key(scenario))
+    return engines if measured is None else min(measured[0], engines)
+
+
+def prefill_host_source(scenario) -> str:
+    """Where :func:`prefill_host_s_per_layer` took the scenario's figure from, in words (for the
+    timing provenance in the summary and ``scenario.resolved.yaml``)."""
+    per_layer_ms = prefill_host_s_per_layer(scenario) * 1e3
+    if scenario.serving.prefill_host_s_per_layer is not None:
+        return f"prefill host time {per_layer_ms:.3g} ms/layer from serving.prefill_host_s_per_layer"
+    engine, model, system = _deployment_key(scenario)
+    kind = "MoE" if scenario.model.is_moe() else "dense"
+    engines = f"{engine}'s figure for {kind} models"
+    measured = deployment_figures().get((engine, model, system))
+    if measured is None:
+        return f"prefill host time {per_layer_ms:.3g} ms/layer, {engines}"
+    calibrated = f"calibrated for {engine} {model} on {system} ({measured[1]} benchmark rows)"
+    if measured[0] < PREFILL_HOST_S_PER_LAYER[(engine, scenario.model.is_moe())]:
+        return f"prefill host time {per_layer_ms:.3g} ms/layer {calibrated}"
+    return (f"prefill host time {per_layer_ms:.3g} ms/layer, {engines} (below the "
+            f"{measured[0] * 1e3:.3g} ms/layer {calibrated})")
 
 
 def prefill_host_s(scenario) -> float:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from agentsim.errors import InputError
 from agentsim.hardware.timing.deployment import Deployment, canonical_model
 from agentsim.hardware.timing.precision_fallback import nearest_precision
-from agentsim.hardware.timing.prefill_host import prefill_host_s
+from agentsim.hardware.timing.prefill_host import prefill_host_s, prefill_host_source
 from agentsim.hardware.timing.roofline import (ENGINE_OVERHEAD_S, KERNEL_FLOOR_S_PER_LAYER, MOE_GEMM_EFFICIENCY,
                                               RooflineTimer)
 from agentsim.hardware.timing.tables import StepTables, TimingDataUnavailable, load_or_build
@@ -149,7 +149,7 @@ def build_timer(scenario, max_context_tokens: int | None = None):
     mode = scenario.serving.timing
     if mode == "roofline":
         return (with_speculative_decoding(roofline_timer(scenario), scenario),
-                TimingChoice("roofline", "serving.timing is roofline", None))
+                TimingChoice("roofline", _with_host("serving.timing is roofline", scenario), None))
     reason = _why_not_measured(scenario)
     deployment = None
     if reason is None:
@@ -163,9 +163,15 @@ def build_timer(scenario, max_context_tokens: int | None = None):
             timer = TabulatedTimer(tables, scenario.model.kv_bytes_per_token, scenario.serving.batch_tokens(),
                                    attention_dp=dp, overhead_s=ENGINE_OVERHEAD_S[scenario.serving.engine],
                                    prefill_overhead_s=prefill_host_s(scenario))
-            reason = "; ".join([tables.provenance, *substitutions])
+            reason = _with_host("; ".join([tables.provenance, *substitutions]), scenario)
             return with_speculative_decoding(timer, scenario), TimingChoice("measured", reason, deployment.describe())
     if mode == "measured":
         raise InputError(f"serving.timing is measured but {reason}", location="serving.timing")
     return with_speculative_decoding(roofline_timer(scenario), scenario), TimingChoice(
-        "roofline", f"measured timing unavailable: {reason}", deployment.describe() if deployment else None)
+        "roofline", _with_host(f"measured timing unavailable: {reason}", scenario),
+        deployment.describe() if deployment else None)
+
+
+def _with_host(reason: str, scenario) -> str:
+    """``reason`` with where the prefill host time came from (when the model has layers)."""
+    return f"{reason}; {prefill_host_source(scenario)}" if scenario.model.layers else reason
