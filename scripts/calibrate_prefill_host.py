@@ -14,8 +14,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import pandas as pd
-
+from agentsim.errors import InputError
+from agentsim.experiments.benchmark_rows import read_rows
 from agentsim.experiments.host_calibration import calibrate
 from agentsim.hardware.timing.prefill_host import CALIBRATION_FILE
 
@@ -26,9 +26,17 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "agentsim" / CALIBRATION_FILE)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    frame = pd.read_csv(args.measured)
+    try:
+        frame = read_rows(args.measured)   # a clear message (file, line) for a bad file
+    except InputError as exc:
+        print(f"error: {exc.render()}", file=sys.stderr)
+        return 2
     with ProcessPoolExecutor(args.workers) as pool:
         table = calibrate(frame, map_rows=lambda fn, rows: pool.map(fn, rows, chunksize=4))
+    if table.empty:  # keep the table there is rather than write an empty one
+        print(f"error: {args.measured}: no aggregated row of at most 4 clients could be emulated; "
+              f"{args.out} left as it was", file=sys.stderr)
+        return 2
     args.out.write_text(table.to_csv(index=False))
     print(table.to_string(index=False))
     print(f"wrote {args.out}", file=sys.stderr)

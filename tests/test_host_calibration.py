@@ -63,3 +63,33 @@ def test_a_deployments_figure_is_the_median_per_layer_clipped_at_zero(row, kerne
 def test_rows_that_are_no_valid_deployment_are_left_out(row):
     assert row_gap({**row, "model_path": "someone/Unknown-7B"}) is None
     assert calibrate(pd.DataFrame([{**row, "model_path": "someone/Unknown-7B"}])).empty
+
+
+def _script(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "calibrate_prefill_host.py"), *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_the_script_writes_the_table_and_refuses_bad_input_without_writing(tmp_path, kernels_ms):
+    out = tmp_path / "table.csv"
+    done = _script(SAMPLE, "--out", out, "--workers", "1")
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(out)
+    assert list(table.columns) == COLUMNS and 1 <= len(table) <= len(calibration_rows(read_rows(SAMPLE)))
+    assert (table["host_ms_per_layer"] >= 0).all()
+    # A file that is not a measured-runs table: one message naming it, exit 2, nothing written.
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    out.write_text("kept")
+    refused = _script(bad, "--out", out)
+    assert refused.returncode == 2 and str(bad) in refused.stderr and "missing column" in refused.stderr
+    assert "Traceback" not in refused.stderr and out.read_text() == "kept"
+    # A table with no row of at most 4 clients leaves the output as it was.
+    busy = tmp_path / "busy.csv"
+    frame = read_rows(SAMPLE)
+    frame[frame["batch_size"] > MAX_CLIENTS].to_csv(busy, index=False)
+    empty = _script(busy, "--out", out)
+    assert empty.returncode == 2 and "left as it was" in empty.stderr and out.read_text() == "kept"
