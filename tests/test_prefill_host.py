@@ -9,9 +9,9 @@ import pytest
 
 from agentsim.engine.loading import scenario_from_dict
 from agentsim.engine.simulation import run_scenario
-from agentsim.hardware.timing.deployment import canonical_model
 from agentsim.hardware.timing.prefill_host import (MIN_CALIBRATION_ROWS, PREFILL_HOST_S_PER_LAYER, deployment_figures,
-                                                   prefill_host_s, prefill_host_s_per_layer, prefill_host_source)
+                                                   deployment_key, prefill_host_s, prefill_host_s_per_layer,
+                                                   prefill_host_source)
 from agentsim.hardware.timing.roofline import RooflineTimer
 from agentsim.hardware.timing.select import build_timer, roofline_timer
 
@@ -47,14 +47,10 @@ def test_an_iteration_with_a_prefill_chunk_pays_the_host_time_once_and_a_decode_
                                            ("trtllm", "llama31_70b"), ("vllm", "llama31_70b")])
 def test_the_engines_figure_for_the_models_kind_times_its_layers(engine, model):
     scenario = _scenario(engine, model, profile="gb300_nvl72")   # no calibration rows on GB300
-    assert _key(scenario) not in deployment_figures()
+    assert deployment_key(scenario) not in deployment_figures()
     per_layer = PREFILL_HOST_S_PER_LAYER[(engine, scenario.model.is_moe())]
     assert prefill_host_s(scenario) == pytest.approx(per_layer * scenario.model.layers)
     assert roofline_timer(scenario).prefill_overhead_s == pytest.approx(per_layer * scenario.model.layers)
-
-
-def _key(scenario):
-    return scenario.serving.engine, canonical_model(scenario.model.name), scenario.hardware.system
 
 
 def _as(scenario, name, system):
@@ -65,7 +61,7 @@ def _as(scenario, name, system):
 def test_a_deployment_calibrated_below_its_engine_gets_its_own_figure_and_says_so():
     # Qwen3-235B on TensorRT-LLM / H100 measures far less host time than the engine's MoE median.
     scenario = _as(_scenario("trtllm", "deepseek_v3"), "Qwen/Qwen3-235B-A22B-FP8", "h100_sxm")
-    figure, rows = deployment_figures()[_key(scenario)]
+    figure, rows = deployment_figures()[deployment_key(scenario)]
     assert rows >= MIN_CALIBRATION_ROWS and 0 <= figure < PREFILL_HOST_S_PER_LAYER[("trtllm", True)] / 2
     assert prefill_host_s_per_layer(scenario) == figure
     assert "calibrated for trtllm Qwen/Qwen3-235B-A22B-FP8 on h100_sxm" in prefill_host_source(scenario)
@@ -76,7 +72,7 @@ def test_a_deployment_calibrated_below_its_engine_gets_its_own_figure_and_says_s
     # A deployment that measured more than its engine's figure keeps the engine's (the excess is
     # not an iteration cost) and says what it measured.
     slower = _as(scenario, "deepseek-ai/DeepSeek-R1", "h200_sxm")
-    assert deployment_figures()[_key(slower)][0] > PREFILL_HOST_S_PER_LAYER[("trtllm", True)]
+    assert deployment_figures()[deployment_key(slower)][0] > PREFILL_HOST_S_PER_LAYER[("trtllm", True)]
     assert prefill_host_s_per_layer(slower) == PREFILL_HOST_S_PER_LAYER[("trtllm", True)]
     assert "trtllm's figure for MoE models (below the" in prefill_host_source(slower)
     # The scenario's own figure wins over both.

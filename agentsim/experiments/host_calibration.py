@@ -26,7 +26,7 @@ from agentsim.engine.loading import scenario_from_dict
 from agentsim.errors import InputError
 from agentsim.experiments.benchmark_rows import RowSkipped, row_scenario
 from agentsim.experiments.timing_check import emulate_row
-from agentsim.hardware.timing.deployment import canonical_model
+from agentsim.hardware.timing.prefill_host import deployment_key
 
 #: Most concurrent clients of a row used for calibration: a row of so few clients has no queue.
 MAX_CLIENTS = 4
@@ -53,8 +53,8 @@ def row_gap(row: dict) -> dict | None:
     result = emulate_row(row, ["serving.prefill_host_s_per_layer=0"])
     if result.skipped is not None or result.predicted_ttft_ms is None:
         return None
-    return {"engine": scenario.serving.engine, "model": canonical_model(scenario.model.name),
-            "system": scenario.hardware.system, "layers": int(scenario.model.layers),
+    engine, model, system = deployment_key(scenario)   # the key prefill_host looks figures up by
+    return {"engine": engine, "model": model, "system": system, "layers": int(scenario.model.layers),
             "gap_ms": result.measured_ttft_ms - result.predicted_ttft_ms}
 
 

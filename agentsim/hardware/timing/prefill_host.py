@@ -89,19 +89,26 @@ def deployment_figures() -> dict[tuple[str, str, str], tuple[float, int]]:
     return figures
 
 
-def _deployment_key(scenario) -> tuple[str, str, str]:
+def deployment_key(scenario) -> tuple[str, str, str]:
+    """``(engine, model, system)`` of ``scenario`` as the calibration table keys deployments
+    (``model`` as aiconfigurator-core names it)."""
     return scenario.serving.engine, canonical_model(scenario.model.name), scenario.hardware.system
+
+
+def _figures(scenario) -> tuple[float, tuple[float, int] | None]:
+    """The engine's figure for the scenario's model kind, and the deployment's calibrated
+    ``(figure, rows)`` (None when the table has no such deployment)."""
+    engines = PREFILL_HOST_S_PER_LAYER[(scenario.serving.engine, scenario.model.is_moe())]
+    return engines, deployment_figures().get(deployment_key(scenario))
 
 
 def prefill_host_s_per_layer(scenario) -> float:
     """Host seconds per layer of a prefilling iteration: ``serving.prefill_host_s_per_layer``,
     else the engine's figure for the model's kind, or the deployment's calibrated one where that
     is lower."""
-    serving = scenario.serving
-    if serving.prefill_host_s_per_layer is not None:
-        return serving.prefill_host_s_per_layer
-    engines = PREFILL_HOST_S_PER_LAYER[(serving.engine, scenario.model.is_moe())]
-    measured = deployment_figures().get(_deployment_key(scenario))
+    if scenario.serving.prefill_host_s_per_layer is not None:
+        return scenario.serving.prefill_host_s_per_layer
+    engines, measured = _figures(scenario)
     return engines if measured is None else min(measured[0], engines)
 
 
@@ -111,16 +118,15 @@ def prefill_host_source(scenario) -> str:
     per_layer_ms = prefill_host_s_per_layer(scenario) * 1e3
     if scenario.serving.prefill_host_s_per_layer is not None:
         return f"prefill host time {per_layer_ms:.3g} ms/layer from serving.prefill_host_s_per_layer"
-    engine, model, system = _deployment_key(scenario)
-    kind = "MoE" if scenario.model.is_moe() else "dense"
-    engines = f"{engine}'s figure for {kind} models"
-    measured = deployment_figures().get((engine, model, system))
+    engine, model, system = deployment_key(scenario)
+    engines, measured = _figures(scenario)
+    engines_text = f"{engine}'s figure for {'MoE' if scenario.model.is_moe() else 'dense'} models"
     if measured is None:
-        return f"prefill host time {per_layer_ms:.3g} ms/layer, {engines}"
+        return f"prefill host time {per_layer_ms:.3g} ms/layer, {engines_text}"
     calibrated = f"calibrated for {engine} {model} on {system} ({measured[1]} benchmark rows)"
-    if measured[0] < PREFILL_HOST_S_PER_LAYER[(engine, scenario.model.is_moe())]:
+    if measured[0] < engines:
         return f"prefill host time {per_layer_ms:.3g} ms/layer {calibrated}"
-    return (f"prefill host time {per_layer_ms:.3g} ms/layer, {engines} (below the "
+    return (f"prefill host time {per_layer_ms:.3g} ms/layer, {engines_text} (below the "
             f"{measured[0] * 1e3:.3g} ms/layer {calibrated})")
 
 
