@@ -1,7 +1,7 @@
-"""``pinned_blocks`` (a walk of the pinned subtree for a plain cache, a count kept by every pin,
-unpin, commit and HBM entry or exit for a tiered one) must equal the sum over the whole tree on
-every call engine-style admission makes (plain and tiered caches, real runs: loads, prefetches,
-tool-gap demotions and swap preemption included)."""
+"""``pinned_blocks`` (a count kept by every pin, unpin and commit, and for a tiered cache by every
+HBM entry or exit too) must equal the sum over the whole tree on every call engine-style admission
+makes (plain and tiered caches, real runs: loads, prefetches, tool-gap demotions, recompute and
+swap preemption included)."""
 
 import pytest
 
@@ -25,6 +25,10 @@ def _whole_tree(cache) -> int:
                                 "hardware.instances=2", "cache.tiers.prefetch.policy=wait_complete",
                                 "cache.tiers.on_tool_call=demote", "cache.tiers.prefetch_before_return=true"]),
     ("coding-agents.yaml", ["duration_s=5m", "serving.engine=sglang"]),
+    # A plain cache under pressure: SGLang retracts (the retracted requests commit their blocks
+    # and unpin); TensorRT-LLM's guarantee holds requests back instead.
+    ("coding-agents.yaml", ["duration_s=5m", "serving.engine=sglang", "hardware.kv_capacity_bytes=2GB"]),
+    ("coding-agents.yaml", ["duration_s=5m", "serving.engine=trtllm", "hardware.kv_capacity_bytes=2GB"]),
 ])
 def test_pinned_blocks_equals_the_whole_tree_sum(scenario, overrides, monkeypatch):
     calls = []

@@ -115,6 +115,37 @@ def test_split_keeps_pins_on_both_halves():
     cache.check_invariants()
 
 
+def test_pinned_blocks_is_counted_through_pins_splits_commits_and_unpins():
+    """``pinned_blocks`` is a count kept by pin, unpin and commit (engine-style admission asks
+    every scheduling pass); check_invariants compares it with a walk of the pinned subtree."""
+    cache = make(20)
+    m = cache.match([1, 2, 3, 4], 0.0)
+    cache.pin(m.node)
+    cache.reserve(4, 0.0)
+    assert cache.pinned_blocks() == 4                            # the reservation
+    first = cache.commit(m.node, [1, 2, 3, 4], 0, 4, 0.0)        # pinned run [1,2,3,4]
+    assert cache.pinned_blocks() == 4
+    other = cache.match([1, 2, 9], 1.0)                          # splits the pinned run at 2
+    cache.pin(other.node)                                        # [1,2] now pinned twice
+    cache.reserve(1, 1.0)
+    second = cache.commit(other.node, [9], 2, 1, 1.0)            # new pinned leaf [9]
+    assert cache.pinned_blocks() == 5
+    cache.check_invariants()
+    cache.unpin(first)                                           # [3,4] unpinned; [1,2] still held
+    assert cache.pinned_blocks() == 3
+    cache.check_invariants()
+    third = cache.match([1, 2, 3, 4], 2.0)                       # a hit on the unpinned [3,4]
+    cache.pin(third.node)
+    assert cache.pinned_blocks() == 5
+    cache.unpin(third.node)
+    cache.unpin(second)
+    assert cache.pinned_blocks() == 0
+    cache.check_invariants()
+    cache.pinned_node_blocks += 1                                # a count gone wrong is caught
+    with pytest.raises(InvariantViolation, match="pinned nodes hold 0 blocks, counted 1"):
+        cache.check_invariants()
+
+
 def test_lru_ties_go_deepest_first():
     cache = make(6)
     serve(cache, [1, 2, 3], 0.0)

@@ -55,6 +55,11 @@ class RadixCache:
         #: KV events (``cluster/kv_events.py``): told of blocks entering and leaving the cache
         #: (by the serving path; :meth:`serve`, the cache-only replay path, publishes none).
         self.kv_listener = None
+        #: Blocks of pinned nodes (``lock_ref > 0``), kept by :meth:`pin`, :meth:`unpin` and the
+        #: commits; splits keep both parts' pins and only unpinned nodes are trimmed, merged or
+        #: removed. Engine-style admission asks every scheduling pass: a walk of the pinned
+        #: subtree there was 63% of a 2,048-client disaggregated row's emulation.
+        self.pinned_node_blocks = 0
         policy.bind(self)
         # Hooks a policy leaves as the base class's no-ops (its own or, for a wrapper, its
         # base's bound method) are not called on the hot paths.
@@ -139,6 +144,8 @@ class RadixCache:
     def pin(self, node: Node) -> None:
         """Pin ``node`` and all its ancestors (in-flight use)."""
         while node.parent is not None:
+            if not node.lock_ref:
+                self.pinned_node_blocks += len(node.keys)
             node.lock_ref += 1
             node = node.parent
 
@@ -159,6 +166,7 @@ class RadixCache:
                 raise InvariantViolation(f"negative lock_ref on {node!r}")
             parent = node.parent
             if node.lock_ref == 0:
+                self.pinned_node_blocks -= len(node.keys)
                 if on_release is not None:
                     on_release(node)
                 if not node.children:
@@ -327,6 +335,8 @@ class RadixCache:
             common = _common_prefix(run, keys, pos)
             if common < len(run):
                 child = self._split(child, common)
+            if not child.lock_ref:
+                self.pinned_node_blocks += len(child.keys)
             child.lock_ref += 1
             node = child
             pos += common
@@ -337,9 +347,11 @@ class RadixCache:
             if (self.policy.merge_runs and node.parent is not None and not node.children
                     and node.lock_ref == 1 and node.start_block + len(node.keys) == start_block + pos):
                 node.keys.extend(fresh)
+                self.pinned_node_blocks += len(fresh)
             else:
                 child = self._new_node(node, fresh[:], start_block + pos, now_s)  # a copy: the listener may hold ``fresh``
                 child.lock_ref = 1
+                self.pinned_node_blocks += len(fresh)
                 node.children[fresh[0]] = child
                 node = child
                 self.policy.on_insert(node, now_s)
@@ -393,10 +405,12 @@ class RadixCache:
         # ends at block ``hit``, and ``fresh == len(new_keys)`` leaves no surplus to release).
         if policy.merge_runs and node.parent is not None and not node.children and node.lock_ref == 1:
             node.keys.extend(new_keys)
+            self.pinned_node_blocks += fresh
         else:
             child = Node(self._next_id, node, new_keys, hit, now_s)
             self._next_id += 1
             child.lock_ref = 1
+            self.pinned_node_blocks += fresh
             node.children[new_keys[0]] = child
             node = child
             policy.on_insert(node, now_s)
@@ -438,9 +452,13 @@ class RadixCache:
                 f" != used {self.used_blocks}")
         if self.used_blocks > self.capacity_blocks:
             raise InvariantViolation(f"{self.name}: used {self.used_blocks} blocks > capacity {self.capacity_blocks}")
+        walked = pinned_subtree_blocks(self.root, lambda node: True)
+        if walked != self.pinned_node_blocks:
+            raise InvariantViolation(f"{self.name}: pinned nodes hold {walked} blocks, counted {self.pinned_node_blocks}")
 
-    def pinned_blocks(self) -> int:  # walks only the pinned subtree
-        return pinned_subtree_blocks(self.root, lambda node: True) + self.reserved_blocks
+    def pinned_blocks(self) -> int:
+        """Blocks no eviction can free now: pinned resident runs and reservations."""
+        return self.pinned_node_blocks + self.reserved_blocks
 
 
 __all__ = ["Match", "Node", "RadixCache", "descend", "iter_subtree"]

@@ -9,6 +9,10 @@ from agentsim.cache.radix import Node
 from agentsim.cluster.request import LLMRequest
 
 
+#: Completions of one iteration up to which :meth:`Batch.pop_finished` removes them one by one.
+_REMOVE_ONE_BY_ONE = 8
+
+
 class Running:
     """A request in the batch.
 
@@ -177,7 +181,15 @@ class Batch:
     def pop_finished(self) -> list[Running]:
         """Remove and return the decoding requests with no output left, in admission order."""
         finished = self.decoding.pop_finished()
-        # One list rebuild per completion, not per iteration.
-        gone = {state.seq for state in finished}
-        self.running = [state for state in self.running if state.seq not in gone]
+        if len(finished) <= _REMOVE_ONE_BY_ONE:
+            # A few completions (lengths that differ spread them out): list.remove scans in C,
+            # where a rebuild ran Python code per running request (a 2,048-client row: 5% of
+            # its emulation).
+            running = self.running
+            for state in finished:
+                running.remove(state)
+        else:
+            # Many at once (a lock-step batch): one rebuild.
+            gone = {state.seq for state in finished}
+            self.running = [state for state in self.running if state.seq not in gone]
         return finished

@@ -142,9 +142,11 @@ class SglangNewTokenRatio(KvAdmissionRule):
         clip = SGLANG_CLIP_MAX_NEW_TOKENS
         clock = host.batch.decoding.clock
         reserved = 0.0
+        ratio = self.ratio
         for state in host.batch.running:
-            left = state.output_left_at(clock)
-            reserved += (left if left < clip else clip) * self.ratio
+            # Running.output_left_at, inline: this loop runs every scheduling pass over the batch.
+            left = state.finish_clock - clock if state.decoding else state.output_left
+            reserved += (left if left < clip else clip) * ratio
         self._budget_tokens = (cache.capacity_blocks - cache.pinned_blocks()) * self.block_tokens - reserved
         return True
 
