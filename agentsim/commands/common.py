@@ -51,11 +51,51 @@ def agent_class_table(summary: dict) -> Table | None:
     return table
 
 
+#: Wall seconds between two progress lines when stderr is not a terminal (a log file, a batch
+#: job, a Dask worker's output): a long run says how far it is without flooding the log.
+PLAIN_PROGRESS_EVERY_S = 30.0
+
+
+def _clock(seconds: float) -> str:
+    """``seconds`` as ``1h02m03s`` / ``2m03s`` / ``3s`` (simulated or wall time)."""
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def _plain_progress(description: str):
+    """A callback(now_s, total_s) that writes one line to stderr at most every
+    :data:`PLAIN_PROGRESS_EVERY_S` wall seconds (none for a run shorter than that)."""
+    import time
+
+    started = time.monotonic()
+    last = [started]
+
+    def update(now_s: float, total_s: float) -> None:
+        wall = time.monotonic()
+        if wall - last[0] < PLAIN_PROGRESS_EVERY_S:
+            return
+        last[0] = wall
+        share = now_s / total_s if total_s > 0 else 1.0
+        print(f"{description}: {_clock(now_s)} of {_clock(total_s)} simulated ({share:.0%}), "
+              f"{_clock(wall - started)} elapsed", file=sys.stderr, flush=True)
+
+    return update
+
+
 @contextmanager
 def simulated_time_progress(enabled: bool, description: str = "simulating"):
-    """Yields a callback(now_s, total_s) that drives a rich progress bar (or does nothing)."""
-    if not enabled or not sys.stderr.isatty():
+    """Yields a callback(now_s, total_s) that drives a rich progress bar on a terminal, writes a
+    plain line every :data:`PLAIN_PROGRESS_EVERY_S` wall seconds to any other stderr, or is None
+    when not ``enabled``."""
+    if not enabled:
         yield None
+        return
+    if not sys.stderr.isatty():
+        yield _plain_progress(description)
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
