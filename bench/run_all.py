@@ -7,7 +7,8 @@ skipped with a note when ``.peers/dynamo`` is absent), the GB300 NVL72 rack hour
 (bench_rack.py), memory per request and CPU per request from one rack to four and from ten
 minutes to a day (bench_scale.py), and the architecture refactor's steps, each against the code
 before it (refactor_speed.py). The sweep speed-up (bench/sweep.py) is separate (it measures the machine's
-parallelism as much as agentsim's). Progress goes to stderr; the table to stdout.
+parallelism as much as agentsim's), and so is the whole fleet day (bench_fleet.py, hours of CPU:
+``--only fleet`` runs it). Progress goes to stderr; the table to stdout.
 
     .venv/bin/python bench/run_all.py [--repeat 3] [--only replay,simulation,dynamo,rack] [--quick]
 """
@@ -21,6 +22,8 @@ import time
 from _common import Row, print_table
 
 SECTIONS = ("replay", "cli", "simulation", "dynamo", "rack", "scale", "refactor")
+#: Sections run only when named in ``--only`` (hours each).
+OPT_IN_SECTIONS = ("fleet",)
 
 
 def main() -> None:
@@ -55,8 +58,11 @@ def main() -> None:
         elif section == "refactor":
             import refactor_speed
             rows += refactor_speed.rows(args.repeat)
+        elif section == "fleet":
+            import bench_fleet
+            rows += bench_fleet.rows()
         else:
-            parser.error(f"unknown section {section!r}; known: {', '.join(SECTIONS)}")
+            parser.error(f"unknown section {section!r}; known: {', '.join(SECTIONS + OPT_IN_SECTIONS)}")
         print(f"[bench] {section} done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     print_table(rows)
     if any(r.met == "NO" for r in rows):
