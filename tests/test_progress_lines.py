@@ -27,3 +27,17 @@ def test_no_line_before_the_interval_and_none_when_quiet(capsys):
     with simulated_time_progress(False) as quiet:
         assert quiet is None
     assert capsys.readouterr().err == ""
+
+
+def test_count_lines_for_check_timing(capsys, monkeypatch):
+    monkeypatch.setattr(common, "PLAIN_PROGRESS_EVERY_S", 0.0)
+    advance = common.plain_count_progress("emulated rows", 3)
+    for _ in range(3):
+        advance(object())
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(",")[0] for line in lines] == ["emulated rows: 1 of 3", "emulated rows: 2 of 3",
+                                                       "emulated rows: 3 of 3"]
+    monkeypatch.setattr(common, "PLAIN_PROGRESS_EVERY_S", 30.0)
+    quiet = common.plain_count_progress("emulated rows", 3)
+    quiet(None)                        # within the first 30 wall seconds: nothing
+    assert capsys.readouterr().err == ""

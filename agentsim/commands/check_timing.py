@@ -111,7 +111,10 @@ def register(app: typer.Typer) -> None:
                 results = check_rows(frame, overrides, on_row=lambda _: progress.advance(task),
                                      client_lengths=client_lengths, max_clients=max_clients)
         else:
-            results = check_rows(frame, overrides, client_lengths=client_lengths, max_clients=max_clients)
+            from agentsim.commands.common import plain_count_progress
+
+            results = check_rows(frame, overrides, on_row=plain_count_progress("emulated rows", len(frame)),
+                                 client_lengths=client_lengths, max_clients=max_clients)
         summary = summarize(results)
         if as_json:
             sys.stdout.write(json.dumps({"rows": [r.as_json() for r in results], "summary": summary}, indent=1) + "\n")

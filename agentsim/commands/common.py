@@ -86,6 +86,27 @@ def _plain_progress(description: str):
     return update
 
 
+def plain_count_progress(description: str, total: int):
+    """A callback(_) counting finished items that writes ``description: N of TOTAL, ... elapsed``
+    to stderr at most every :data:`PLAIN_PROGRESS_EVERY_S` wall seconds (stderr not a terminal:
+    ``check-timing`` over a whole measured file runs for hours)."""
+    import time
+
+    started = time.monotonic()
+    state = {"done": 0, "last": started}
+
+    def advance(_item=None) -> None:
+        state["done"] += 1
+        wall = time.monotonic()
+        if wall - state["last"] < PLAIN_PROGRESS_EVERY_S:
+            return
+        state["last"] = wall
+        print(f"{description}: {state['done']} of {total}, {_clock(wall - started)} elapsed", file=sys.stderr,
+              flush=True)
+
+    return advance
+
+
 @contextmanager
 def simulated_time_progress(enabled: bool, description: str = "simulating"):
     """Yields a callback(now_s, total_s) that drives a rich progress bar on a terminal, writes a
