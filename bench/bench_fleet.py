@@ -12,9 +12,9 @@ night trough, so a slice says little about the day: the rows then carry no targe
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,8 +29,6 @@ PEAK_RSS_GB_TARGET = 6.0
 def run(duration: str) -> dict:
     """One ``agentsim run`` of the fleet day (or a slice of it) in its own process: its CPU
     seconds (user + system), peak RSS, wall seconds and finished requests."""
-    import json
-
     with tempfile.TemporaryDirectory(prefix="agentsim-fleet-") as tmp:
         out = Path(tmp) / "run"
         command = [str(AGENTSIM_PYTHON), "-m", "agentsim.cli", "run", str(SCENARIO), "--out", str(out), "--quiet"]
@@ -73,4 +71,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

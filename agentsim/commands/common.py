@@ -66,22 +66,36 @@ def _clock(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-def _plain_progress(description: str):
-    """A callback(now_s, total_s) that writes one line to stderr at most every
-    :data:`PLAIN_PROGRESS_EVERY_S` wall seconds (none for a run shorter than that)."""
+def _plain_lines():
+    """``(write, elapsed)``: ``write(text)`` prints ``text`` to stderr unless one was printed, or
+    the clock started, less than :data:`PLAIN_PROGRESS_EVERY_S` wall seconds ago; ``elapsed()``
+    is the wall time since the start, as text."""
     import time
 
     started = time.monotonic()
     last = [started]
 
-    def update(now_s: float, total_s: float) -> None:
-        wall = time.monotonic()
-        if wall - last[0] < PLAIN_PROGRESS_EVERY_S:
+    def write(text: str) -> None:
+        now = time.monotonic()
+        if now - last[0] < PLAIN_PROGRESS_EVERY_S:
             return
-        last[0] = wall
+        last[0] = now
+        print(text, file=sys.stderr, flush=True)
+
+    def elapsed() -> str:
+        return _clock(time.monotonic() - started)
+
+    return write, elapsed
+
+
+def _plain_progress(description: str):
+    """A callback(now_s, total_s) that writes one line to stderr at most every
+    :data:`PLAIN_PROGRESS_EVERY_S` wall seconds (none for a run shorter than that)."""
+    write, elapsed = _plain_lines()
+
+    def update(now_s: float, total_s: float) -> None:
         share = now_s / total_s if total_s > 0 else 1.0
-        print(f"{description}: {_clock(now_s)} of {_clock(total_s)} simulated ({share:.0%}), "
-              f"{_clock(wall - started)} elapsed", file=sys.stderr, flush=True)
+        write(f"{description}: {_clock(now_s)} of {_clock(total_s)} simulated ({share:.0%}), {elapsed()} elapsed")
 
     return update
 
@@ -90,19 +104,12 @@ def plain_count_progress(description: str, total: int):
     """A callback(_) counting finished items that writes ``description: N of TOTAL, ... elapsed``
     to stderr at most every :data:`PLAIN_PROGRESS_EVERY_S` wall seconds (stderr not a terminal:
     ``check-timing`` over a whole measured file runs for hours)."""
-    import time
-
-    started = time.monotonic()
-    state = {"done": 0, "last": started}
+    write, elapsed = _plain_lines()
+    done = [0]
 
     def advance(_item=None) -> None:
-        state["done"] += 1
-        wall = time.monotonic()
-        if wall - state["last"] < PLAIN_PROGRESS_EVERY_S:
-            return
-        state["last"] = wall
-        print(f"{description}: {state['done']} of {total}, {_clock(wall - started)} elapsed", file=sys.stderr,
-              flush=True)
+        done[0] += 1
+        write(f"{description}: {done[0]} of {total}, {elapsed()} elapsed")
 
     return advance
 
