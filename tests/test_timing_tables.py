@@ -116,6 +116,27 @@ def test_missing_fp8_cache_attention_data_is_timed_reading_a_bfloat16_cache_only
     assert nearest_precision(replace(deployment, kv_quant=None), message) is None
 
 
+def test_nvfp4_experts_missing_are_timed_as_mxfp4_experts_with_fp8_activations():
+    deployment = Deployment(model="openai/gpt-oss-120b", system="b200_sxm", backend="trtllm", tp=1, moe_tp=1,
+                            moe_ep=1, gemm_quant="nvfp4", moe_quant="nvfp4")
+    message = ('MoE data missing for MoeKey { quant: "nvfp4", distribution: "power_law_1.2", topk: 4, '
+               'num_experts: 128, hidden_size: 2880, inter_size: 2880, moe_tp_size: 1, moe_ep_size: 1 }')
+    nearer, note = nearest_precision(deployment, message)
+    assert nearer.moe_quant == "w4a8_mxfp4_mxfp8" and nearer.gemm_quant == "nvfp4" and "w4a8_mxfp4_mxfp8" in note
+    # No further step down to the weight-only kernels (BF16 rate), and nothing for another format.
+    assert nearest_precision(nearer, message.replace('"nvfp4"', '"w4a8_mxfp4_mxfp8"')) is None
+    assert nearest_precision(deployment, message.replace('"nvfp4"', '"int4_wo"')) is None
+
+
+def test_gpt_oss_nvfp4_on_blackwell_is_measured_with_the_mxfp4_experts(cache):
+    deployment = Deployment(model="openai/gpt-oss-120b", system="b200_sxm", backend="trtllm", tp=1, moe_tp=1,
+                            moe_ep=1, gemm_quant="nvfp4", moe_quant="nvfp4", max_num_tokens=1024,
+                            max_num_seqs=16, max_context_tokens=4096)
+    tables, notes = select._build_nearest(deployment)
+    assert notes == ["MoE timed with w4a8_mxfp4_mxfp8 kernels (the database has no nvfp4 data for this shape)"]
+    assert np.all(np.isfinite(tables.decode_s))
+
+
 def test_the_substitution_is_used_and_said_in_the_timing_reason(cache):
     deployment = Deployment(model="deepseek-ai/DeepSeek-V3", system="b200_sxm", backend="sglang", tp=8, moe_tp=8,
                             moe_ep=1, gemm_quant="fp8", moe_quant="fp8_block", max_num_tokens=1024,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from agentsim.errors import InputError
 from agentsim.hardware.timing.deployment import Deployment, canonical_model
+from agentsim.hardware.timing.expert_width import interpolate, missing_expert_width, neighbour_widths
 from agentsim.hardware.timing.precision_fallback import nearest_precision
 from agentsim.hardware.timing.prefill_host import prefill_host_s, prefill_host_source
 from agentsim.hardware.timing.roofline import (ENGINE_OVERHEAD_S, KERNEL_FLOOR_S_PER_LAYER, MOE_GEMM_EFFICIENCY,
@@ -78,22 +79,49 @@ _MAX_SUBSTITUTIONS = 3
 
 
 def _build_nearest(deployment: Deployment) -> tuple[StepTables, list[str]]:
-    """Tables of ``deployment``, or of the nearest precisions the databases have (with what was
-    substituted); raises the first TimingDataUnavailable when no substitution helps."""
+    """Tables of ``deployment``; where the databases lack its expert-parallel width, interpolated
+    between the widths either side (:mod:`.expert_width`, tried before any precision change, as
+    the width is what is missing); else of the nearest precisions they have (with what was
+    substituted). Raises the TimingDataUnavailable of the last deployment tried, with the
+    substitutions that led to it, when nothing helps."""
     substitutions: list[str] = []
-    first_error = None
     candidate = deployment
     for _ in range(_MAX_SUBSTITUTIONS + 1):
         try:
             return load_or_build(candidate), substitutions
         except TimingDataUnavailable as exc:
-            first_error = first_error or exc
+            error = exc
+            if missing_expert_width(str(exc)) == candidate.moe_ep:
+                interpolated = _between_widths(candidate)
+                if interpolated is not None:
+                    tables, notes = interpolated
+                    return tables, substitutions + [n for n in notes if n not in substitutions]
             nearer = nearest_precision(candidate, str(exc))
             if nearer is None:
                 break
             candidate, note = nearer
             substitutions.append(note)
-    raise first_error
+    if substitutions:  # the last failure is the one that stopped it; the first may have been substituted away
+        raise TimingDataUnavailable(f"{error} (after: {'; '.join(substitutions)})")
+    raise error
+
+
+def _between_widths(deployment: Deployment) -> tuple[StepTables, list[str]] | None:
+    """Tables interpolated between the measured expert-parallel widths around ``deployment``'s,
+    with the notes of both builds and of the interpolation; None when there are no such widths
+    or either cannot be built."""
+    around = neighbour_widths(deployment)
+    if around is None:
+        return None
+    lower, upper, weight_lower = around
+    try:
+        (lower_tables, lower_notes), (upper_tables, upper_notes) = _build_nearest(lower), _build_nearest(upper)
+    except TimingDataUnavailable:
+        return None
+    note = (f"MoE at {deployment.moe_ep}-way expert parallelism interpolated between the measured "
+            f"{lower.moe_ep}- and {upper.moe_ep}-way layouts (the database has no {deployment.moe_ep}-way data)")
+    notes = list(dict.fromkeys(lower_notes + upper_notes)) + [note]
+    return interpolate(lower_tables, upper_tables, weight_lower, note), notes
 
 
 def _tables(deployment: Deployment) -> tuple[StepTables, list[str]]:
