@@ -128,21 +128,18 @@ def test_nvfp4_experts_missing_are_timed_as_mxfp4_experts_with_fp8_activations()
     assert nearest_precision(deployment, message.replace('"nvfp4"', '"int4_wo"')) is None
 
 
-def test_gpt_oss_nvfp4_on_blackwell_is_measured_with_the_mxfp4_experts(cache):
-    deployment = Deployment(model="openai/gpt-oss-120b", system="b200_sxm", backend="trtllm", tp=1, moe_tp=1,
-                            moe_ep=1, gemm_quant="nvfp4", moe_quant="nvfp4", max_num_tokens=1024,
-                            max_num_seqs=16, max_context_tokens=4096)
+@pytest.mark.parametrize("model, moe_tp, quants, note", [
+    ("deepseek-ai/DeepSeek-V3", 8, ("fp8", "fp8_block"),
+     "attention timed with bfloat16 kernels (the database has no FP8 attention data)"),
+    ("openai/gpt-oss-120b", 1, ("nvfp4", "nvfp4"),
+     "MoE timed with w4a8_mxfp4_mxfp8 kernels (the database has no nvfp4 data for this shape)"),
+])
+def test_the_substitution_is_used_and_said_in_the_timing_reason(cache, model, moe_tp, quants, note):
+    deployment = Deployment(model=model, system="b200_sxm", backend="sglang" if moe_tp == 8 else "trtllm",
+                            tp=moe_tp, moe_tp=moe_tp, moe_ep=1, gemm_quant=quants[0], moe_quant=quants[1],
+                            max_num_tokens=1024, max_num_seqs=16, max_context_tokens=4096)
     tables, notes = select._build_nearest(deployment)
-    assert notes == ["MoE timed with w4a8_mxfp4_mxfp8 kernels (the database has no nvfp4 data for this shape)"]
-    assert np.all(np.isfinite(tables.decode_s))
-
-
-def test_the_substitution_is_used_and_said_in_the_timing_reason(cache):
-    deployment = Deployment(model="deepseek-ai/DeepSeek-V3", system="b200_sxm", backend="sglang", tp=8, moe_tp=8,
-                            moe_ep=1, gemm_quant="fp8", moe_quant="fp8_block", max_num_tokens=1024,
-                            max_num_seqs=16, max_context_tokens=4096)
-    tables, notes = select._build_nearest(deployment)
-    assert notes == ["attention timed with bfloat16 kernels (the database has no FP8 attention data)"]
+    assert notes == [note]
     assert np.all(np.isfinite(tables.decode_s))
 
 
