@@ -26,7 +26,7 @@ class Running:
 
     __slots__ = ("req", "node", "cached_blocks", "reserved_blocks", "prefill_left", "context_tokens", "output_left",
                  "loaded", "prefill_done_s", "seq", "ctx_base", "finish_clock", "decoding", "gone", "cover_clock",
-                 "resumed", "prompt_left", "chunk_wait", "kv_waits")
+                 "resumed", "prompt_left", "chunk_wait", "kv_waits", "completion_blocks")
 
     def __init__(self, req: LLMRequest, node: Node, cached_blocks: int, reserved_blocks: int, hit_tokens: int):
         self.seq = 0  # admission order on the instance (set when it joins the batch)
@@ -46,6 +46,7 @@ class Running:
         self.prompt_left = 0      # resumed: prompt tokens of its re-prefill still to count as prefilled
         self.chunk_wait = None    # admission time until its first prefill chunk is scheduled
         self.kv_waits = 0         # KV arrivals still awaited (a load, a disaggregated hand-off)
+        self.completion_blocks = 0  # blocks of prompt + all output (0: not computed yet; see kv_admission)
 
     def output_left_at(self, clock: int) -> int:
         """Output tokens still to produce, at decoding clock ``clock``."""

@@ -209,8 +209,12 @@ class TrtllmGuaranteedNoEvict(KvAdmissionRule):
         bt = self.block_tokens
         owed = 0
         for state in host.batch.running:
-            req = state.req
-            total = -(-(req.prompt_tokens + req.output_tokens) // bt)
+            # A request's blocks to completion never change: computed once (this pass runs
+            # every iteration over the whole batch, thousands of requests in a wide deployment).
+            total = state.completion_blocks
+            if not total:
+                req = state.req
+                total = state.completion_blocks = -(-(req.prompt_tokens + req.output_tokens) // bt)
             left = total - state.cached_blocks - state.reserved_blocks
             if left > 0:
                 owed += left
