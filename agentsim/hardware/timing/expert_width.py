@@ -1,7 +1,7 @@
 """Step tables for an expert-parallel width the measured databases lack, from the widths they have.
 
 aiconfigurator-core measures its MoE kernels at expert-parallel widths that are powers of two
-(8, 16, 32, 64 ranks on gb200 / gb300). Deployments are not bound to them: Dynamo's SGLang
+(8 to 256 ranks for DeepSeek-R1 with SGLang on gb200 / gb300). Deployments are not bound to them: Dynamo's SGLang
 recipes for DeepSeek-R1 on GB200 / GB300 run decode workers of 24 or 48 attention-DP ranks with
 the experts spread over all of them, and the databases then have no ``moe_ep_size: 24`` data.
 Rather than timing such a worker on the roofline (whose DEP-24 decode step came out 2-2.5x too

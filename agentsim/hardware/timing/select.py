@@ -91,7 +91,8 @@ def _build_nearest(deployment: Deployment) -> tuple[StepTables, list[str]]:
             return load_or_build(candidate), substitutions
         except TimingDataUnavailable as exc:
             error = exc
-            if missing_expert_width(str(exc)) == candidate.moe_ep:
+            width = missing_expert_width(str(exc))
+            if width is not None and width == candidate.moe_ep:
                 interpolated = _between_widths(candidate)
                 if interpolated is not None:
                     tables, notes = interpolated
