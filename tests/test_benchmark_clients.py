@@ -139,3 +139,34 @@ def test_check_timing_launches_an_eval_row_with_the_generators_budget(monkeypatc
     monkeypatch.setattr(timing_check, "generator_serving", lambda row: {})
     default = timing_check.emulate_row(row)
     assert launched.predicted_ttft_ms < 0.8 * default.predicted_ttft_ms
+
+
+def test_prefix_caching_is_off_where_the_benchmarks_launched_servers_without_it(monkeypatch):
+    from agentsim.experiments import timing_check
+    from agentsim.experiments.benchmark_recipes import server_prefix_caching
+
+    sweep = {"backend": "vllm", "silicon_data_source": "source_file=2026-04-06.csv; model=DeepSeek-R1"}
+    assert not server_prefix_caching(sweep)                    # InferenceX recipes: off
+    assert not server_prefix_caching({**sweep, "backend": "sglang"})
+    harness = {"silicon_data_source": "source_file=/x/aic-auto-gap-analysis/y.csv"}
+    assert not server_prefix_caching({**harness, "backend": "trtllm"})   # generator: enable_block_reuse false
+    assert server_prefix_caching({**harness, "backend": "vllm"})         # engine default: on
+    assert server_prefix_caching({**harness, "backend": "sglang"})
+    # The emulated scenario of a sampled row runs so (and without the recompute split).
+    seen = []
+
+    def recording(scenario, *args, **kwargs):
+        seen.append(scenario)
+        return run_scenario(scenario, *args, **kwargs)
+
+    monkeypatch.setattr(timing_check, "run_scenario", recording)
+    rows = read_rows(SAMPLE)
+    for row in (r for r in rows.to_dict("records") if str(r["mode"]).strip() == "agg"):
+        seen.clear()
+        result = timing_check.emulate_row(row, ["run.check_invariants=true"])
+        if result.skipped is None:
+            break
+    assert result.predicted_ttft_ms > 0 and seen
+    expected = "admit_all" if server_prefix_caching(row) else "no_prefix_cache"
+    assert {s.cache.admission.name for s in seen} == {expected}
+    assert not any(s.run.recompute_split for s in seen)

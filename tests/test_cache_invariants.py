@@ -26,7 +26,7 @@ request_st = st.tuples(st.integers(0, 4), st.integers(1, 5), st.integers(0, 3))
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=st.sampled_from(CONFIGS), steps=st.lists(request_st, min_size=5, max_size=40),
-       capacity=st.integers(8, 30), admission=st.sampled_from([None, "admit_all", "second_hit", "tinylfu"]))
+       capacity=st.integers(8, 30), admission=st.sampled_from([None, "admit_all", "second_hit", "tinylfu", "no_prefix_cache"]))
 def test_invariants_hold_for_every_policy(config, steps, capacity, admission):
     name, params = config
     policy = EVICTION_POLICIES.get(name)(EVICTION_POLICIES.validate_params(name, params))

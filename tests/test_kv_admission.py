@@ -208,3 +208,41 @@ def test_sglang_admits_less_while_the_ratio_is_high():
     bold, bold_retractions = queued_for_kv(0.1)
     assert cautious > bold
     assert cautious_retractions <= bold_retractions
+
+
+def test_with_prefix_caching_off_a_preempted_request_recomputes_everything_it_had():
+    # As above, with the prefix cache (the default) and without (the benchmarks' setting,
+    # cache.admission: no_prefix_cache): the preempted request's committed blocks are kept and
+    # hit at its re-admission, or freed and computed again.
+    from agentsim.cache.policies.admission import ADMISSION_FILTERS
+
+    def run(admission):
+        prefilled = []
+
+        class CountingTimer:
+            kv_bytes_per_token = COST.kv_bytes_per_token
+
+            def iteration_s(self, chunks, n_decode, decode_context_tokens):
+                prefilled.extend(n for n, _ in chunks)
+                return COST.iteration_s(chunks, n_decode, decode_context_tokens)
+
+            def __getattr__(self, name):
+                return getattr(COST, name)
+
+        env = simpy.Environment()
+        cache = RadixCache(40, EVICTION_POLICIES.get("lru")())
+        if admission is not None:
+            cache.admission = ADMISSION_FILTERS.get(admission)()
+        inst = ServingInstance(env, 0, cache, CountingTimer(), B, 64, 8192, check_invariants=True,
+                               on_finish=lambda r: r.done.succeed(), kv_rule=KV_ADMISSION.get("vllm")(None, B))
+        a, b = request(env, 0, 10 * B, 20 * B), request(env, 1, 10 * B, 20 * B)
+        inst.submit(a)
+        inst.submit(b)
+        env.run()
+        assert b.preemptions >= 1 and a.finish_s == a.finish_s and b.finish_s == b.finish_s
+        return sum(prefilled), cache
+
+    kept, _ = run(None)
+    recomputed, cache = run("no_prefix_cache")
+    assert recomputed > kept, (recomputed, kept)
+    assert cache.used_blocks == 0 and cache.admission.rejected_blocks > 0

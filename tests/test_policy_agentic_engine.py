@@ -156,6 +156,32 @@ def test_belady_headroom_can_be_switched_off_without_changing_the_run():
         assert table.equals(off.tables[name]), name
 
 
+def test_the_recompute_split_can_be_switched_off_without_changing_the_run():
+    split = ("recomputed_tokens_cold", "recomputed_tokens_evicted", "recomputed_tokens_invalidated",
+             "recomputed_tokens_evicted_by_tier")
+    on = run_scenario(load_scenario(REGIMES, overrides=["duration_s=5m"]))
+    off = run_scenario(load_scenario(REGIMES, overrides=["duration_s=5m", "run.recompute_split=false"]))
+    assert on.summary["recomputed_tokens_evicted"] > 0 and on.summary["recompute_record_bytes"] > 0
+    for key in split:
+        assert off.summary[key] is None
+    assert off.summary["recompute_record_bytes"] == 0
+    skip = {*split, "recompute_record_bytes", "wall_s", "simulated_requests_per_wall_s", "headroom_replay_wall_s"}
+    assert {k: v for k, v in on.summary.items() if k not in skip} == \
+        {k: v for k, v in off.summary.items() if k not in skip}
+    columns = ["recomputed_cold_tokens", "recomputed_evicted_tokens", "recomputed_invalidated_tokens"]
+    assert on.tables["requests"].drop(columns=columns).equals(off.tables["requests"].drop(columns=columns))
+
+
+def test_prefix_caching_off_keeps_nothing_and_hits_nothing():
+    # 300 GB: nothing is evicted for capacity, so every block that leaves goes at release.
+    base = run(REGIMES, "hardware.kv_capacity_bytes=300GB", "duration_s=5m")
+    off = run(REGIMES, "hardware.kv_capacity_bytes=300GB", "duration_s=5m", "cache.admission=no_prefix_cache")
+    assert base["hit_ratio"] > 0.5
+    assert off["hit_ratio"] == 0.0
+    assert off["evictions_by_reason_blocks"]["admission"] > 0
+    assert off["requests"] > 0
+
+
 def test_a_headroom_stream_past_the_limit_is_dropped_at_once_and_the_summary_says_why(monkeypatch):
     from agentsim.engine import diagnostics
     from agentsim.engine.simulation import Simulation

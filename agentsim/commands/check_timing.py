@@ -95,8 +95,11 @@ def register(app: typer.Typer) -> None:
         """Emulate measured serving benchmarks and compare predicted with measured TTFT/TPOT."""
         from agentsim.experiments.benchmark_rows import read_rows
         from agentsim.experiments.timing_check import check_rows, stratified_sample, summarize
+        from agentsim.experiments.twin_rows import with_twin_pools
 
-        frame = read_rows(measured)
+        # A disaggregated row without its pools takes them from its twin (the same run in the
+        # file's other export), before --mode and --sample pick rows.
+        frame = with_twin_pools(read_rows(measured))
         if mode is not None:
             frame = frame[frame["mode"].astype(str).str.strip() == mode.value]
         if sample is not None:

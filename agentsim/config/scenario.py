@@ -283,7 +283,7 @@ class CacheConfig(Strict):
     eviction: PolicyRef = Field(default_factory=PolicyRef, description="HBM eviction policy")
     tiers: TiersConfig | None = Field(None, description="tiers below HBM (DRAM, disk, remote, peer HBM); absent = HBM only")
     admission: PolicyRef = Field(default_factory=lambda: PolicyRef(name="admit_all"),
-                                 description="A1 admission filter at release (admit_all, second_hit, tinylfu; see `agentsim policies`)")
+                                 description="A1 admission filter at release (admit_all, second_hit, tinylfu, no_decode_cache, no_prefix_cache; see `agentsim policies`)")
 
 
 class SloConfig(Strict):
@@ -303,6 +303,11 @@ class RunConfig(Strict):
         True, description="after the run, replay its request stream through Belady and the run's policy "
                           "(summary: belady_headroom); off saves that replay (about half of a default run's "
                           "time after the event loop) and the memory of the stream, e.g. in large sweeps")
+    recompute_split: bool = Field(
+        True, description="split each request's recomputed tokens by cause (cold, evicted by tier, invalidated; "
+                          "summary: recomputed_tokens_cold, ...); off saves its record of every block a cache "
+                          "loses (a fifth to a third of a run whose requests are long and never share a "
+                          "prefix, e.g. check-timing) and reports the split as null")
 
 
 class Scenario(Strict):

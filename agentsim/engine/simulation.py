@@ -175,9 +175,12 @@ class Simulation:
         self.agentic = AgenticWiring(self.env, scenario, self.instances, self.driver)
         self.diagnostics = RunDiagnostics(self.env, scenario, self.instances)
         # Recomputed tokens split by cause: cold, evicted (by tier), invalidated.
-        self.recompute = RecomputeClassifier(self.instances, self.block_tokens, scenario.run.warmup_s)
-        self.driver.on_keys_retired = self.recompute.forget
-        self.recompute.key_horizon = getattr(self.driver, "key_horizon", None)
+        # (None with run.recompute_split off: the split is then reported as null.)
+        self.recompute = None
+        if scenario.run.recompute_split:
+            self.recompute = RecomputeClassifier(self.instances, self.block_tokens, scenario.run.warmup_s)
+            self.driver.on_keys_retired = self.recompute.forget
+            self.recompute.key_horizon = getattr(self.driver, "key_horizon", None)
         # Evictions by reason and link traffic over time (read-only samples, for the figures).
         self.timeseries = TimeSeriesSampler(self.instances, self.hierarchy)
         self.request_observers: list[Callable[[LLMRequest], None]] = []
@@ -255,8 +258,11 @@ class Simulation:
         load_wait, prefill = load_breakdown(request)
         if request.prefill_worker >= 0 and not request.rejected:
             load_wait, prefill = 0.0, request.prefill_done_s - request.admitted_s   # on the prefill worker
-        cold, evicted, invalidated = self.recompute.classify(request)
-        if self.check_invariants and not request.rejected and cold + evicted + invalidated != request.prompt_tokens - request.hit_tokens:
+        cold = evicted = invalidated = 0
+        if self.recompute is not None:
+            cold, evicted, invalidated = self.recompute.classify(request)
+        if self.check_invariants and self.recompute is not None and not request.rejected \
+                and cold + evicted + invalidated != request.prompt_tokens - request.hit_tokens:
             raise InvariantViolation(f"recompute split of request {request.request_id}: cold {cold} + evicted {evicted} + "
                                      f"invalidated {invalidated} != recomputed {request.prompt_tokens - request.hit_tokens}")
         tier_hits = request.tier_hit_tokens if request.tier_hit_tokens else {"hbm": request.hit_tokens}
@@ -426,10 +432,14 @@ class Simulation:
         elif scenario.serving.prefill_ahead.name != "none":
             # A trace replay has no tool gaps whose output could stream in ahead of the call.
             summary["prefill_ahead"] = f"{scenario.serving.prefill_ahead.name} (not applied: the workload has no agent tool gaps)"
-        summary["recomputed_tokens_evicted_by_tier"] = dict(self.recompute.evicted_by_tier_tokens)
+        if self.recompute is not None:
+            summary["recomputed_tokens_evicted_by_tier"] = dict(self.recompute.evicted_by_tier_tokens)
+        else:   # run.recompute_split off: not worked out
+            summary.update(dict.fromkeys(("recomputed_tokens_cold", "recomputed_tokens_evicted",
+                                          "recomputed_tokens_invalidated", "recomputed_tokens_evicted_by_tier")))
         # Too little KV for one request at the context limit (a trace's prompts have no such limit).
         summary["kv_capacity_warning"] = kv_capacity_warning(scenario) if isinstance(self.driver, AgentDriver) else None
-        summary["recompute_record_bytes"] = self.recompute.state_bytes()
+        summary["recompute_record_bytes"] = self.recompute.state_bytes() if self.recompute is not None else 0
         tables = {"requests": requests, "occupancy": occupancy}
         if self.hierarchy is not None:
             summary.update(self.hierarchy.summary(rows_where(requests, requests.arrival_s >= scenario.run.warmup_s),

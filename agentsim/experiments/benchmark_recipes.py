@@ -38,6 +38,9 @@ modelled.
 The vLLM recipes of these rows leave ``--max-num-batched-tokens`` at vLLM's default for the API
 server (8192 on GPUs of 70 GiB or more) or set 8192, except MiniMax-M2.5 on B200 from April 2026
 (``2 x ISL``); that one is not applied (the rows span the change and do not say which ran).
+
+:func:`server_prefix_caching` says whether the server kept a prefix cache (the emulation then
+runs with ``cache.admission: no_prefix_cache`` when it did not).
 """
 
 from __future__ import annotations
@@ -114,6 +117,19 @@ def _recipe(row: dict, tp: int) -> SglangRecipe | None:
     family = next((f for fragment, f in _FAMILIES.items() if fragment in name), None)
     key = (family, str(row.get("system") or "").strip(), str(row.get("precision") or "").strip().lower())
     return RECIPES.get((*key, tp)) or RECIPES.get((*key, None))
+
+
+def server_prefix_caching(row: dict) -> bool:
+    """Whether ``row``'s server kept a prefix cache. InferenceX's recipes turn it off (vLLM
+    ``--no-enable-prefix-caching``, SGLang ``--disable-radix-cache``, TensorRT-LLM
+    ``enable_block_reuse: false`` in the Dynamo recipes; a few recipes of other models keep it),
+    and so does aiconfigurator's generator for TensorRT-LLM (``enable_block_reuse`` defaults to
+    false in its templates); its vLLM and SGLang launches keep the engines' default, on. The
+    benchmarks' random prompts never share a prefix, so it matters only to a preempted request,
+    which with the cache off recomputes everything it had."""
+    if client_protocol(row) is INFERENCEX:
+        return False
+    return str(row.get("backend") or "").strip() != "trtllm"
 
 
 def recipe_serving(row: dict, clients: int, tp: int, attention_dp: int = 1) -> dict:

@@ -307,5 +307,6 @@ def row_scenario(row: dict) -> dict:
             "tools_prefix_tokens": 0, "initial_context_tokens": isl, "calls_per_session": 1,
             "tool_gap_s": 0, "human_turn_probability": 0, "appended_tokens": 0, "output_tokens": osl,
             "max_context_tokens": isl + osl + 16}}},
-        "run": {"belady_headroom": False, "progress_interval_s": 1e9},
+        # Only TTFT and TPOT are read: no replay through Belady, no recompute split.
+        "run": {"belady_headroom": False, "recompute_split": False, "progress_interval_s": 1e9},
     }

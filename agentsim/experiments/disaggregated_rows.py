@@ -91,11 +91,13 @@ def pools_source(row: dict) -> str:
 
 
 def pools_description(row: dict) -> str:
-    """Where a buildable row's pools come from: ``row``, ``recipe``, ``recipe, MTP`` (only
+    """Where a buildable row's pools come from: ``row``, ``twin row`` (the columns of another
+    row of the same measurement, :mod:`.twin_rows`), ``recipe``, ``recipe, MTP`` (only
     recipes with MTP speculative decoding fit; emulated with it) or ``recipe, ambiguous`` (both a
     recipe with MTP and one without fit; the one without is used)."""
     if pools_source(row) == "row":
-        return "row"
+        twin = row.get("pools_from_twin")
+        return "twin row" if isinstance(twin, str) and twin else "row"
     from agentsim.experiments.disagg_recipes import recipe_pools
 
     info = recipe_pools(row, concurrency(row))[2]

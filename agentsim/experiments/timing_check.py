@@ -36,7 +36,7 @@ from agentsim.errors import InputError
 from agentsim.config.disaggregation import pool_scenario
 from agentsim.experiments.aic_generator import generator_serving
 from agentsim.experiments.benchmark_clients import ClientProtocol, client_protocol, length_spec
-from agentsim.experiments.benchmark_recipes import recipe_serving
+from agentsim.experiments.benchmark_recipes import recipe_serving, server_prefix_caching
 from agentsim.experiments.benchmark_rows import RowSkipped, row_scenario
 from agentsim.experiments.recipe_kv_cache import kv_bytes_at, recipe_kv_cache
 from agentsim.experiments.disaggregated_rows import pools_description
@@ -192,6 +192,10 @@ def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: b
         if kv_cache is not None:  # the KV-cache type it set (its capacity, its decode reads)
             recipe["precision"] = {**serving.get("precision", {}), "kv_cache": kv_cache}
         data = {**data, "serving": {**serving, **recipe}}
+    if not server_prefix_caching(row):
+        # As the server ran: a preempted request recomputes all it had; and no finished
+        # request's blocks are kept only to be evicted a few at a time later.
+        data = {**data, "cache": {**data["cache"], "admission": "no_prefix_cache"}}
     try:
         data = _with_engine_kv(data)
     except InputError as exc:

@@ -14,6 +14,10 @@ Set ``cache.admission = ADMISSION_FILTERS.get(name)(params)``; at unpin the cach
 * ``no_decode_cache`` (do not cache decode): only the prompt's blocks are committed after a
   call; the blocks holding generated tokens are freed when the request ends, so an agent's next
   call recomputes its previous output. The serving instance asks ``caches_decode``.
+* ``no_prefix_cache`` (prefix caching off: vLLM ``--no-enable-prefix-caching``, SGLang
+  ``--disable-radix-cache``, TensorRT-LLM ``enable_block_reuse: false``): every released run is
+  freed at once, so no block is ever hit again, not even by a preempted request's re-admission
+  (it recomputes its prompt and output so far).
 * ``tinylfu``: keep a run while the cache has free room; otherwise only if its TinyLFU
   estimate beats the estimate of the run the eviction policy would evict next (its
   ``peek_victim``; admitted if the policy cannot say). The sketch counts each release.
@@ -64,6 +68,14 @@ class NoDecodeCache(AdmissionFilter):
 
     def admit(self, node, cache):
         return True
+
+
+@ADMISSION_FILTERS.register("no_prefix_cache")
+class NoPrefixCache(AdmissionFilter):
+    """Keep nothing: every released run is freed (prefix caching off)."""
+
+    def admit(self, node, cache):
+        return self._verdict(node, False)
 
 
 class SecondHitParams(BaseModel):
