@@ -100,10 +100,8 @@ def test_trtllm_counts_the_cached_prefix_it_pins_and_never_preempts():
     assert b.admitted_s < a.finish_s and inst.kv_stats["preemptions"] >= 1
 
 
-def test_preemption_recomputes_as_extra_prefill():
-    # Two long decodes that cannot both complete in 40 blocks: the newer is preempted, and what
-    # it had computed and lost is prefilled again, visible in the prefill work the timer saw.
-    prefilled = []
+def _counting_timer(prefilled: list):
+    """The roofline timer, recording every prefill chunk's tokens in ``prefilled``."""
 
     class CountingTimer:
         kv_bytes_per_token = COST.kv_bytes_per_token
@@ -115,6 +113,14 @@ def test_preemption_recomputes_as_extra_prefill():
         def __getattr__(self, name):
             return getattr(COST, name)
 
+    return CountingTimer
+
+
+def test_preemption_recomputes_as_extra_prefill():
+    # Two long decodes that cannot both complete in 40 blocks: the newer is preempted, and what
+    # it had computed and lost is prefilled again, visible in the prefill work the timer saw.
+    prefilled = []
+    CountingTimer = _counting_timer(prefilled)
     env = simpy.Environment()
     finished = []
     inst = ServingInstance(env, 0, RadixCache(40, EVICTION_POLICIES.get("lru")()), CountingTimer(), B, 64, 8192,
@@ -218,17 +224,7 @@ def test_with_prefix_caching_off_a_preempted_request_recomputes_everything_it_ha
 
     def run(admission):
         prefilled = []
-
-        class CountingTimer:
-            kv_bytes_per_token = COST.kv_bytes_per_token
-
-            def iteration_s(self, chunks, n_decode, decode_context_tokens):
-                prefilled.extend(n for n, _ in chunks)
-                return COST.iteration_s(chunks, n_decode, decode_context_tokens)
-
-            def __getattr__(self, name):
-                return getattr(COST, name)
-
+        CountingTimer = _counting_timer(prefilled)
         env = simpy.Environment()
         cache = RadixCache(40, EVICTION_POLICIES.get("lru")())
         if admission is not None:
