@@ -28,6 +28,8 @@ from typing import Callable
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 _PARALLELISM = (("tp_size", "tp"), ("pp_size", "pp"), ("attention_dp_size", "attention_dp"),
                 ("moe_tp_size", "moe_tp"), ("moe_ep_size", "moe_ep"))
+#: Column naming the row whose pool columns a row took (:mod:`.twin_rows`; absent or empty: none).
+TWIN_COLUMN = "pools_from_twin"
 
 
 #: Token budget of one attention-DP rank's prefill iteration on InferenceX's prefill workers: what
@@ -96,7 +98,7 @@ def pools_description(row: dict) -> str:
     recipes with MTP speculative decoding fit; emulated with it) or ``recipe, ambiguous`` (both a
     recipe with MTP and one without fit; the one without is used)."""
     if pools_source(row) == "row":
-        twin = row.get("pools_from_twin")
+        twin = row.get(TWIN_COLUMN)
         return "twin row" if isinstance(twin, str) and twin else "row"
     from agentsim.experiments.disagg_recipes import recipe_pools
 

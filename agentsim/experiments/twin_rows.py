@@ -9,9 +9,9 @@ the same system, engine, precision, lengths and concurrency; only the model's la
 (DeepSeek-R1 against DeepSeek-V3, one architecture and one model profile).
 :func:`with_twin_pools` gives such a row its twin's pool columns, so it is emulated as the
 deployment that was measured instead of being skipped for lack of pools (docs/validation.md,
-"Twin rows"). A row whose pools are in its own columns or
-in an InferenceX recipe (:mod:`.disagg_recipes`, which also says whether the run used MTP), or
-whose twins disagree on the deployment, is left as it is.
+"Twin rows"). A row whose pools are in its own columns or in an InferenceX recipe
+(:mod:`.disagg_recipes`, which also says whether the run used MTP), or whose twins disagree on
+the deployment, is left as it is.
 """
 
 from __future__ import annotations
@@ -20,24 +20,19 @@ import math
 
 import pandas as pd
 
+from agentsim.experiments.benchmark_rows import model_profile
+from agentsim.experiments.disagg_recipes import RecipeError, recipe_pools
+from agentsim.experiments.disaggregated_rows import TWIN_COLUMN, DisaggRowError, concurrency, pools_source
+
 #: A disaggregated row's deployment columns (what a twin supplies).
 POOL_COLUMNS = tuple(f"{role}_{column}" for role in ("prefill", "decode")
                      for column in ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size",
                                     "moe_tp_size", "moe_ep_size"))
-#: Column naming the twin whose pools a row took (absent or empty: none).
-TWIN_COLUMN = "pools_from_twin"
-
-
-def _has_workers(row: dict) -> bool:
-    value = row.get("prefill_num_workers")
-    return value is not None and not (isinstance(value, float) and math.isnan(value)) and float(value) > 0
+__all__ = ["POOL_COLUMNS", "TWIN_COLUMN", "with_twin_pools"]
 
 
 def _measurement_key(row: dict) -> tuple | None:
     """What identifies one benchmark run across exports; None when the row lacks a part of it."""
-    from agentsim.experiments.benchmark_rows import model_profile
-    from agentsim.experiments.disaggregated_rows import DisaggRowError, concurrency
-
     try:
         clients = concurrency(row)
     except DisaggRowError:
@@ -51,9 +46,6 @@ def _measurement_key(row: dict) -> tuple | None:
 def _has_recipe(row: dict) -> bool:
     """Whether InferenceX's recipes give the row's deployment (it is emulated so then, MTP
     included, which a twin's columns do not say)."""
-    from agentsim.experiments.disagg_recipes import RecipeError, recipe_pools
-    from agentsim.experiments.disaggregated_rows import DisaggRowError, concurrency
-
     try:
         recipe_pools(row, concurrency(row))
     except (RecipeError, DisaggRowError):
@@ -68,9 +60,9 @@ def _pools(row: dict) -> tuple:
 
 def with_twin_pools(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with every disaggregated row that gives no worker counts and matches no recipe
-    completed from its twins (rows that give them and report the same measurement, :func:`_measurement_key`) when
-    they all give one deployment; :data:`TWIN_COLUMN` names the twin used. Other rows are
-    unchanged; a frame without such rows comes back as it is."""
+    completed from its twins (rows that give them and report the same measurement,
+    :func:`_measurement_key`) when they all give one deployment; :data:`TWIN_COLUMN` names the
+    twin used. Other rows are unchanged; a frame without such rows comes back as it is."""
     if "mode" not in frame.columns or not set(POOL_COLUMNS) <= set(frame.columns):
         return frame
     disagg = frame[frame["mode"].astype(str).str.strip() == "disagg"]
@@ -79,13 +71,13 @@ def with_twin_pools(frame: pd.DataFrame) -> pd.DataFrame:
         return frame
     twins: dict[tuple, list[dict]] = {}
     for row in records:
-        if _has_workers(row):
+        if pools_source(row) == "row":
             key = _measurement_key(row)
             if key is not None and key[-1] is not None:
                 twins.setdefault(key, []).append(row)
     completed = {}
     for index, row in zip(disagg.index, records):
-        if _has_workers(row):
+        if pools_source(row) == "row":
             continue
         key = _measurement_key(row)
         found = twins.get(key) if key is not None else None
