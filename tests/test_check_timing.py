@@ -9,8 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from agentsim.experiments.benchmark_rows import (DISAGG_REASON, RowSkipped, base_model, launched_parallelism,
-                                                 model_profile, read_rows, row_scenario, timing_model)
+from agentsim.experiments.benchmark_rows import (DISAGG_REASON, RowSkipped, base_model, checkpoint_block_scaled_fp8,
+                                                 expert_precision, launched_parallelism, model_profile, read_rows,
+                                                 row_scenario, timing_model)
 from agentsim.experiments.timing_check import emulate_row, error_factor, stratified_sample, summarize
 from tests.conftest import ROOT, run_cli
 
@@ -59,6 +60,22 @@ def test_row_scenario_is_the_benchmark():
     assert client["calls_per_session"] == 1 and client["tools_prefix_tokens"] == 0  # no prefix reuse
     assert data["serving"]["engine"] == row["backend"]
     assert data["serving"]["parallelism"]["tp"] == int(row["tp_size"])
+
+
+def test_an_fp8_label_on_a_block_scaled_checkpoint_times_the_experts_block_scaled():
+    # The bundled configs say which checkpoints carry 128x128 FP8 block scales.
+    assert checkpoint_block_scaled_fp8("Qwen/Qwen3-235B-A22B-FP8")
+    assert checkpoint_block_scaled_fp8("deepseek-ai/DeepSeek-R1")
+    assert not checkpoint_block_scaled_fp8("meta-llama/Meta-Llama-3.1-70B")   # BF16 checkpoint
+    assert not checkpoint_block_scaled_fp8("someone/Unknown-7B")               # not bundled
+    assert expert_precision("fp8", "Qwen/Qwen3-235B-A22B-FP8") == "fp8_block"
+    assert expert_precision("fp8", "meta-llama/Meta-Llama-3.1-70B") == "fp8"
+    assert expert_precision("nvfp4", "deepseek-ai/DeepSeek-R1") == "nvfp4"
+    assert expert_precision(None, "deepseek-ai/DeepSeek-R1") is None
+    row = _row(model_path="Qwen/Qwen3-235B-A22B-FP8", backend="vllm", system="h200_sxm", gemm_quant_mode="fp8",
+               moe_quant_mode="fp8", tp_size=4, moe_tp_size=4, moe_ep_size=1, attention_dp_size=1)
+    precision = row_scenario(row)["serving"]["precision"]
+    assert precision == {"weights": "fp8", "moe": "fp8_block"}   # dense GEMMs keep the label
 
 
 def test_rows_that_multiplied_the_expert_width_into_the_gpus_get_the_deployment_launched():
