@@ -122,6 +122,14 @@ class ServingConfig(Strict):
         None, gt=0, le=10000, description="trtllm with attention DP: context requests wait until every attention-DP rank has "
                                           "one, at most this many iterations (TensorRT-LLM's attention_dp_config enable_balance "
                                           "with timeout_iters); absent: scheduled as they come")
+    batch_wait_timeout_iters: int | None = Field(
+        None, gt=0, le=10000, description="trtllm without attention DP: while requests decode, hold new context requests "
+                                          "at most this many iterations until their prompt tokens (plus one per decoding "
+                                          "request) reach batch_wait_max_tokens_ratio of max_num_batched_tokens "
+                                          "(TensorRT-LLM's batch_wait_timeout_iters); absent: scheduled as they come")
+    batch_wait_max_tokens_ratio: float | None = Field(
+        None, gt=0, le=1, description="trtllm: the share of the iteration's token budget that releases the context "
+                                      "requests batch_wait_timeout_iters holds (TensorRT-LLM's batch_wait_max_tokens_ratio)")
     speculative_decoding: SpeculativeDecoding | None = Field(
         None, description="multi-token prediction on the decode steps (absent: one token per step)")
     prefill_host_s_per_layer: float | None = Field(
@@ -146,9 +154,18 @@ class ServingConfig(Strict):
                              f"init_new_token_ratio ({self.init_new_token_ratio:g})")
         for name, is_set, engine, label in (
                 ("scheduler_recv_interval", self.scheduler_recv_interval > 1, "sglang", "an SGLang"),
-                ("adp_balance_timeout_iters", self.adp_balance_timeout_iters is not None, "trtllm", "a TensorRT-LLM")):
+                ("adp_balance_timeout_iters", self.adp_balance_timeout_iters is not None, "trtllm", "a TensorRT-LLM"),
+                ("batch_wait_timeout_iters", self.batch_wait_timeout_iters is not None, "trtllm", "a TensorRT-LLM"),
+                ("batch_wait_max_tokens_ratio", self.batch_wait_max_tokens_ratio is not None, "trtllm",
+                 "a TensorRT-LLM")):
             if is_set and self.engine != engine:
                 raise FieldError((name,), f"{name} is {label} option; engine is {self.engine}")
+        if (self.batch_wait_timeout_iters is None) != (self.batch_wait_max_tokens_ratio is None):
+            given, missing = (("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
+                              if self.batch_wait_max_tokens_ratio is None else
+                              ("batch_wait_max_tokens_ratio", "batch_wait_timeout_iters"))
+            raise FieldError((missing,), f"{given} is set without {missing}: TensorRT-LLM holds context requests "
+                                         "only with both (a zero of either releases them at once)")
         return self
 
     def kv_admission_rule(self) -> str:

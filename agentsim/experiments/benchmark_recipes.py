@@ -51,6 +51,52 @@ from agentsim.experiments.benchmark_clients import INFERENCEX, client_protocol
 
 
 @dataclass(frozen=True)
+class TrtllmBatchWait:
+    """A TensorRT-LLM recipe's ``batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio``
+    and the rows it launched (``None``: any)."""
+
+    #: Model-name fragment of the recipe's models.
+    model: str
+    isl: int
+    osl: int
+    timeout_iters: int
+    max_tokens_ratio: float
+    #: Only below this tensor parallelism.
+    below_tp: int | None = None
+    #: Only from this many clients (the benchmark's concurrency).
+    min_clients: int = 0
+    precision: str | None = None
+    systems: tuple[str, ...] | None = None
+    #: Only rows measured on or after this date (the recipe's first commit with it).
+    from_date: str | None = None
+
+    def applies(self, row: dict, clients: int, tp: int) -> bool:
+        """Whether this recipe launched ``row``'s server (``clients``, ``tp``: its deployment)."""
+        date = measured_date(row)
+        return (self.model in str(row.get("model_path") or "").lower()
+                and row.get("isl") == self.isl and row.get("osl") == self.osl
+                and (self.below_tp is None or tp < self.below_tp) and clients >= self.min_clients
+                and (self.precision is None or str(row.get("precision") or "").strip().lower() == self.precision)
+                and (self.systems is None or str(row.get("system") or "").strip() in self.systems)
+                and (self.from_date is None or (date is not None and date >= self.from_date)))
+
+
+#: The TensorRT-LLM recipes that hold context requests to batch them (at 1k/1k): Llama-3.1-70B
+#: below TP 8 (``70b_*_trt_slurm.sh``, September-November 2025, which every Llama-3.1-70B row's
+#: date falls in: "For 1k/1k, use batch_wait_max_tokens_ratio and batch_wait_timeout_iters will
+#: improve the performance"); DeepSeek-R1 FP8 on B200 from 64 clients (``dsr1_fp8_b200_trt.sh``,
+#: ``DELAY_BATCHING``, from 2026-01-27) and on B300 (from 2026-02-25). TensorRT-LLM applies it
+#: only without attention DP (:func:`agentsim.cluster.serving.recv_interval.receive_gate`).
+TRTLLM_BATCH_WAIT = (
+    TrtllmBatchWait("llama-3.1-70b", 1024, 1024, 20, 0.9, below_tp=8),
+    TrtllmBatchWait("deepseek", 1024, 1024, 40, 0.8, min_clients=64, precision="fp8", systems=("b200_sxm",),
+                    from_date="2026-01-27"),
+    TrtllmBatchWait("deepseek", 1024, 1024, 40, 0.8, min_clients=64, precision="fp8", systems=("b300_sxm",),
+                    from_date="2026-02-25"),
+)
+
+
+@dataclass(frozen=True)
 class SglangRecipe:
     """One recipe's scheduling flags (``None``: SGLang's default, left to the scenario)."""
 
@@ -149,6 +195,10 @@ def recipe_serving(row: dict, clients: int, tp: int, attention_dp: int = 1) -> d
         timeout = next((t for fragment, t in TRTLLM_ADP_BALANCE_TIMEOUT_ITERS.items() if fragment in name), None)
         if attention_dp > 1 and timeout is not None:
             settings["adp_balance_timeout_iters"] = timeout
+        wait = next((w for w in TRTLLM_BATCH_WAIT if w.applies(row, clients, tp)), None)
+        if wait is not None:
+            settings["batch_wait_timeout_iters"] = wait.timeout_iters
+            settings["batch_wait_max_tokens_ratio"] = wait.max_tokens_ratio
         return settings
     if backend != "sglang":
         return {}

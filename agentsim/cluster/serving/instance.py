@@ -35,6 +35,7 @@ from agentsim.cluster.serving.load_rules import CostModelRule, LoadRule
 from agentsim.cluster.serving.kv_load import KvLoader
 from agentsim.cluster.serving.prefetch import Prefetcher
 from agentsim.cluster.serving.queue_causes import QueueCauses
+from agentsim.cluster.serving.batch_wait import BatchWait
 from agentsim.cluster.serving.recv_interval import RecvInterval
 from agentsim.cluster.serving.step_ahead import StepAhead
 from agentsim.cluster.serving.step_timer import StepTimer
@@ -51,7 +52,7 @@ class ServingInstance:
                  tiers_config=None, kv_rule: KvAdmissionRule | None = None, preemption: str = "recompute",
                  long_prefill_tokens: int | None = None, mixed_prefill: bool = True,
                  rank_chunk_tokens: int | None = None, schedule_ahead: bool = False,
-                 receive_gate: RecvInterval | None = None):
+                 receive_gate: RecvInterval | BatchWait | None = None):
         self.env = env
         self.instance_id = instance_id
         self.cache = cache

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from agentsim.cluster.serving.batch_wait import BatchWait
+
 
 class RecvInterval:
     """The receive counter of one instance and the requests not yet received."""
@@ -101,15 +103,19 @@ def adp_balance(timeout_iters: int, attention_dp: int) -> RecvInterval:
     return RecvInterval(timeout_iters, release_at=attention_dp, min_running=attention_dp, reset_on_prefill=False)
 
 
-def receive_gate(serving, prefills: bool = True) -> RecvInterval | None:
+def receive_gate(serving, prefills: bool = True) -> RecvInterval | BatchWait | None:
     """The receive gate a ``serving`` config asks for: TensorRT-LLM's attention-DP balancing
     (``adp_balance_timeout_iters`` with more than one attention-DP rank, on an instance that
-    ``prefills``: a disaggregated decode worker schedules no context requests), else SGLang's
-    receive interval (``scheduler_recv_interval`` above 1), else None (every request received
-    at once)."""
+    ``prefills``: a disaggregated decode worker schedules no context requests), or its batch
+    waiting (``batch_wait_timeout_iters`` with one attention-DP rank, which is where TensorRT-LLM
+    applies it: :mod:`.batch_wait`), else SGLang's receive interval (``scheduler_recv_interval``
+    above 1), else None (every request received at once)."""
     dp = serving.parallelism.attention_dp
     if serving.adp_balance_timeout_iters and dp > 1 and prefills:
         return adp_balance(serving.adp_balance_timeout_iters, dp)
+    if serving.batch_wait_timeout_iters and dp == 1 and prefills:
+        return BatchWait(serving.batch_wait_timeout_iters, serving.batch_wait_max_tokens_ratio,
+                         serving.instance_batch_tokens())
     if serving.scheduler_recv_interval > 1:
         return RecvInterval(serving.scheduler_recv_interval)
     return None
