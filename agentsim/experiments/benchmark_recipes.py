@@ -35,6 +35,11 @@ default ``timeout_iters`` of 50), which :func:`recipe_serving` gives as
 ``batching_wait_iters`` of 10 (a further wait once every rank has a context request) is not
 modelled.
 
+Some TensorRT-LLM recipes hold context requests to batch prompts (``batch_wait_timeout_iters``,
+``batch_wait_max_tokens_ratio``; :mod:`agentsim.cluster.serving.batch_wait`): Llama-3.1-70B at
+1k/1k below TP 8 (20 iterations, 0.9) and DeepSeek-R1 FP8 on B200/B300 at 1k/1k from 64 clients
+(40, 0.8), by date (:data:`TRTLLM_BATCH_WAIT`).
+
 The vLLM recipes of these rows leave ``--max-num-batched-tokens`` at vLLM's default for the API
 server (8192 on GPUs of 70 GiB or more) or set 8192, except MiniMax-M2.5 on B200 from April 2026
 (``2 x ISL``); that one is not applied (the rows span the change and do not say which ran).
