@@ -5,6 +5,16 @@ activations and runtime buffers; TensorRT-LLM a fraction of the memory still *fr
 loading. aiconfigurator-core models each engine's memory use (weights per rank, activation
 workspace for ``max_num_tokens``, NCCL and runtime overhead) from the device's real capacity;
 this module asks it for the KV budget.
+
+SGLang's ``mem_fraction_static`` is the share of total memory for the *static* pools, weights and
+KV cache; the activations of a forward pass and the CUDA graphs live in the rest
+(``ModelRunner.profile_max_num_token``: ``rest_memory = available_gpu_memory - total_gpu_memory *
+(1 - mem_fraction_static)``, the memory available after loading the weights). aiconfigurator-core's
+``of_total`` estimate takes the activation workspace out of that share as vLLM's
+``gpu_memory_utilization`` requires (vLLM profiles the activation peak inside its share), which
+for SGLang under-counts the pool by the whole workspace (GLM-5 FP8 on eight B200s with a
+32,768-token step: 46 GB of KV instead of 65, 763K tokens instead of 1.08M); for SGLang the
+workspace is given back.
 """
 
 from __future__ import annotations
@@ -38,5 +48,11 @@ def engine_kv_capacity_tokens(deployment: Deployment) -> int | None:
     except Exception:  # unknown model/system/version in the package: the caller falls back
         return None
     tokens = int(estimate.get("total_kv_size_tokens") or 0)
+    if deployment.backend == "sglang" and tokens > 0:
+        # The activation workspace is outside SGLang's static share (module docstring).
+        per_token = float(estimate.get("kv_size_per_token_bytes") or 0)
+        workspace = float((estimate.get("memory_breakdown") or {}).get("activations_bytes") or 0)
+        if per_token > 0:
+            tokens += int(workspace // per_token)
     # Attention-DP ranks each hold their own sequences' KV.
     return tokens * deployment.attention_dp if tokens > 0 else None
