@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from agentsim.hardware.timing.deployment import Deployment
-from agentsim.hardware.timing.memory import MEMORY_FRACTION, engine_kv_capacity_tokens
+from agentsim.hardware.timing.memory import engine_kv_capacity_tokens, package_kv_estimate
 
 aic = pytest.importorskip("aiconfigurator_core")
 
@@ -19,16 +19,9 @@ def _deployment(backend: str) -> Deployment:
 
 
 def _package_estimate(d: Deployment) -> dict:
-    from aiconfigurator_core.sdk.engine import _literal_backend_version
-    from aiconfigurator_core.sdk.memory import estimate_kv_cache
-
-    kind, fraction = MEMORY_FRACTION[d.backend]
-    version = _literal_backend_version(d.system, d.backend, d.backend_version, None, None)
-    return estimate_kv_cache(d.model, d.system, d.backend, version, max_num_tokens=d.max_num_tokens,
-                             max_batch_size=d.max_num_seqs, memory_fraction_kind=kind, memory_fraction_value=fraction,
-                             tp_size=d.tp, pp_size=d.pp, attention_dp_size=d.attention_dp, moe_tp_size=d.moe_tp,
-                             moe_ep_size=d.moe_ep, gemm_quant_mode=d.gemm_quant, moe_quant_mode=d.moe_quant,
-                             kvcache_quant_mode=d.kv_quant, fmha_quant_mode=d.fmha_quant)
+    estimate = package_kv_estimate(d)
+    assert estimate is not None
+    return estimate
 
 
 def test_sglang_keeps_the_activation_workspace_outside_its_static_share():

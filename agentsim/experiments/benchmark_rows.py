@@ -160,11 +160,17 @@ def _profile_by_name(catalogue: str) -> dict[str, str]:
     return {str(fields[key]): profile for profile, fields in load_catalogue(catalogue).items() if fields.get(key)}
 
 
+def _model_configs():
+    """The directory of model configs aiconfigurator-core bundles (raises ModuleNotFoundError when
+    the package is not installed)."""
+    return resources.files("aiconfigurator_core").joinpath("model_configs")
+
+
 @lru_cache(maxsize=None)
 def _bundled_models() -> frozenset[str]:
     """Hugging Face ids aiconfigurator-core bundles a model config for (empty if not installed)."""
     try:
-        configs = resources.files("aiconfigurator_core").joinpath("model_configs")
+        configs = _model_configs()
         names = [entry.name for entry in configs.iterdir()]
     except (ModuleNotFoundError, FileNotFoundError):
         return frozenset()
@@ -214,8 +220,7 @@ def checkpoint_block_scaled_fp8(model_id: str) -> bool:
     checkpoint (``quantization_config``: ``quant_method: fp8`` with a ``weight_block_size``, as
     DeepSeek-V3/R1, Qwen3-*-FP8 and MiniMax-M2.5 publish theirs); False when not bundled."""
     try:
-        config = resources.files("aiconfigurator_core").joinpath("model_configs",
-                                                                 f"{model_id.replace('/', '--', 1)}_config.json")
+        config = _model_configs().joinpath(f"{model_id.replace('/', '--', 1)}_config.json")
         quant = json.loads(config.read_text(encoding="utf-8")).get("quantization_config") or {}
     except (ModuleNotFoundError, FileNotFoundError, OSError, ValueError):
         return False

@@ -29,8 +29,10 @@ from agentsim.hardware.timing.deployment import Deployment
 MEMORY_FRACTION = {"vllm": ("of_total", 0.9), "sglang": ("of_total", 0.88), "trtllm": ("of_free", 0.9)}
 
 
-def engine_kv_capacity_tokens(deployment: Deployment) -> int | None:
-    """KV tokens one instance holds (None when the package cannot model this deployment)."""
+def package_kv_estimate(deployment: Deployment) -> dict | None:
+    """aiconfigurator-core's memory estimate of ``deployment`` at its engine's default fraction
+    (``estimate_kv_cache``: KV tokens and bytes, the memory breakdown), or None when the package
+    cannot model the deployment."""
     try:
         logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
         from aiconfigurator_core.sdk.engine import _literal_backend_version
@@ -39,13 +41,20 @@ def engine_kv_capacity_tokens(deployment: Deployment) -> int | None:
         kind, fraction = MEMORY_FRACTION[deployment.backend]
         version = _literal_backend_version(deployment.system, deployment.backend, deployment.backend_version, None, None)
         d = deployment
-        estimate = estimate_kv_cache(
+        return estimate_kv_cache(
             d.model, d.system, d.backend, version, max_num_tokens=d.max_num_tokens, max_batch_size=d.max_num_seqs,
             memory_fraction_kind=kind, memory_fraction_value=fraction, tp_size=d.tp, pp_size=d.pp,
             attention_dp_size=d.attention_dp, moe_tp_size=d.moe_tp, moe_ep_size=d.moe_ep,
             gemm_quant_mode=d.gemm_quant, moe_quant_mode=d.moe_quant, kvcache_quant_mode=d.kv_quant,
             fmha_quant_mode=d.fmha_quant)
     except Exception:  # unknown model/system/version in the package: the caller falls back
+        return None
+
+
+def engine_kv_capacity_tokens(deployment: Deployment) -> int | None:
+    """KV tokens one instance holds (None when the package cannot model this deployment)."""
+    estimate = package_kv_estimate(deployment)
+    if estimate is None:
         return None
     tokens = int(estimate.get("total_kv_size_tokens") or 0)
     if deployment.backend == "sglang" and tokens > 0:
