@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from agentsim.experiments.benchmark_rows import (DISAGG_REASON, RowSkipped, base_model, checkpoint_block_scaled_fp8,
-                                                 expert_precision, launched_parallelism, model_profile, read_rows,
+                                                 dense_precision, expert_precision, launched_parallelism, model_profile, read_rows,
                                                  row_scenario, timing_model)
 from agentsim.experiments.timing_check import emulate_row, error_factor, stratified_sample, summarize
 from tests.conftest import ROOT, run_cli
@@ -60,6 +60,28 @@ def test_row_scenario_is_the_benchmark():
     assert client["calls_per_session"] == 1 and client["tools_prefix_tokens"] == 0  # no prefix reuse
     assert data["serving"]["engine"] == row["backend"]
     assert data["serving"]["parallelism"]["tp"] == int(row["tp_size"])
+
+
+def test_an_int4_label_on_a_checkpoint_that_quantises_only_its_experts_times_the_rest_in_bf16():
+    # Kimi-K2.5's INT4 checkpoint (compressed-tensors) ignores attention, shared experts and the
+    # dense MLP: only the routed experts are INT4 (W4A16 Marlin), every other GEMM BF16.
+    assert dense_precision("int4_wo", "moonshotai/Kimi-K2.5") == "bfloat16"
+    assert dense_precision("fp8", "Qwen/Qwen3-235B-A22B-FP8") == "fp8"        # not compressed-tensors
+    assert dense_precision("nvfp4", "someone/Unknown-7B") == "nvfp4"          # not bundled
+    assert dense_precision(None, "moonshotai/Kimi-K2.5") is None
+    row = _row(model_path="moonshotai/Kimi-K2.5", backend="vllm", system="b200_sxm", precision="int4",
+               gemm_quant_mode="int4_wo", moe_quant_mode="int4_wo", tp_size=8, moe_tp_size=8, moe_ep_size=1,
+               attention_dp_size=1, batch_size=4, isl=8192, osl=1024)
+    data = row_scenario(row)
+    assert data["serving"]["precision"] == {"weights": "bfloat16", "moe": "int4_wo"}
+    # With the GEMMs it runs, the deployment is timed from the databases, not the roofline
+    # (which is what the whole-model label gave: there is no INT4 GEMM data).
+    pytest.importorskip("aiconfigurator_core")
+    from agentsim.engine.loading import scenario_from_dict
+    from agentsim.hardware.timing.select import build_timer
+
+    _, choice = build_timer(scenario_from_dict(data, source="test"))
+    assert choice.source == "measured", choice.reason
 
 
 def test_an_fp8_label_on_a_block_scaled_checkpoint_times_the_experts_block_scaled():

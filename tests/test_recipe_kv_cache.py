@@ -33,9 +33,26 @@ def test_recipes_that_set_fp8_kv_are_found_by_family_system_precision_and_date()
     glm = {**LLAMA_FP8_B200, "model_path": "zhipuai/GLM-5", "backend": "sglang"}
     assert recipe_kv_cache(glm) == "fp8" and recipe_kv_cache({**glm, "system": "h200_sxm"}) is None
     assert recipe_kv_cache({**glm, "model_path": "Qwen/Qwen3.5-397B-A17B", "precision": "bf16"}) is None
-    # aiconfigurator's own eval harness did not run InferenceX's recipes.
-    aic = "source_file=/x/aic-auto-gap-analysis/data/b200_sxm/vllm/0.12.0/a.csv"
-    assert recipe_kv_cache({**LLAMA_FP8_B200, "silicon_data_source": aic}) is None
+
+
+def test_an_eval_harness_row_has_the_kv_cache_aiconfigurators_generator_wrote():
+    """aiconfigurator's eval harness did not run InferenceX's recipes: its generator launched the
+    engines with the KV-cache type of the searched configuration, FP8 beside a quantised one."""
+    aic = "source_file=/x/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/Qwen_Qwen3-32B.csv"
+    qwen = {**LLAMA_FP8_B200, "model_path": "Qwen/Qwen3-32B", "system": "h100_sxm", "silicon_data_source": aic}
+    for backend in ("trtllm", "vllm", "sglang"):
+        assert recipe_kv_cache({**qwen, "backend": backend}) == "fp8"
+    assert recipe_kv_cache({**qwen, "precision": "fp4", "gemm_quant_mode": "nvfp4"}) == "fp8"
+    # A BF16 configuration keeps a BF16 cache, whatever InferenceX's recipe for the family says.
+    assert recipe_kv_cache({**qwen, "model_path": "meta-llama/Llama-3.1-70B", "precision": "bf16"}) is None
+    # The eval row's KV pool holds twice the tokens it would in BF16 (the emulation reads it).
+    row = {**qwen, "backend": "trtllm", "tp_size": 1, "batch_size": 64, "isl": 4096, "osl": 256}
+    data = _with_engine_kv({**row_scenario(row), "serving": {**row_scenario(row)["serving"],
+                                                            "precision": {"weights": "fp8", "kv_cache": "fp8"}}})
+    plain = _with_engine_kv(row_scenario(row))
+    assert data["hardware"]["kv_capacity_bytes"] / data["model"]["kv_bytes_per_token"] == pytest.approx(
+        2 * plain["hardware"]["kv_capacity_bytes"] / scenario_from_dict(plain, source="test").model.kv_bytes_per_token,
+        rel=0.02)
 
 
 def test_an_fp8_kv_cache_holds_twice_the_tokens_in_the_bytes_the_engine_gives_them():

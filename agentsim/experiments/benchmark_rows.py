@@ -215,16 +215,45 @@ def model_profile(model_path: str) -> str | None:
 
 
 @lru_cache(maxsize=None)
+def checkpoint_quantization(model_id: str) -> dict:
+    """The ``quantization_config`` of aiconfigurator-core's bundled config of ``model_id`` (a
+    multimodal checkpoint keeps it in its ``text_config``); empty when not bundled or none."""
+    try:
+        config = _model_configs().joinpath(f"{model_id.replace('/', '--', 1)}_config.json")
+        raw = json.loads(config.read_text(encoding="utf-8"))
+    except (ModuleNotFoundError, FileNotFoundError, OSError, ValueError):
+        return {}
+    quant = raw.get("quantization_config") or (raw.get("text_config") or {}).get("quantization_config")
+    return quant if isinstance(quant, dict) else {}
+
+
 def checkpoint_block_scaled_fp8(model_id: str) -> bool:
     """Whether aiconfigurator-core's bundled config of ``model_id`` is a block-scaled FP8
     checkpoint (``quantization_config``: ``quant_method: fp8`` with a ``weight_block_size``, as
     DeepSeek-V3/R1, Qwen3-*-FP8 and MiniMax-M2.5 publish theirs); False when not bundled."""
-    try:
-        config = _model_configs().joinpath(f"{model_id.replace('/', '--', 1)}_config.json")
-        quant = json.loads(config.read_text(encoding="utf-8")).get("quantization_config") or {}
-    except (ModuleNotFoundError, FileNotFoundError, OSError, ValueError):
-        return False
+    quant = checkpoint_quantization(model_id)
     return str(quant.get("quant_method", "")).lower() == "fp8" and bool(quant.get("weight_block_size"))
+
+
+def dense_precision(label: str | None, model_id: str) -> str | None:
+    """The quantisation mode the dense GEMMs (attention projections, shared experts, dense
+    MLPs) run for a row's precision ``label`` on the checkpoint ``model_id``.
+
+    The rows write one label for the whole model. A compressed-tensors checkpoint quantises
+    only what its ``ignore`` list leaves: Kimi-K2.5's native INT4 checkpoint (``int4``,
+    ``group_size`` 32) ignores ``self_attn``, the shared experts and the dense MLP, so vLLM
+    runs its routed experts through the W4A16 Marlin MoE kernel and every other GEMM in BF16.
+    The category parse is aiconfigurator-core's own (``parse_compressed_tensors_quant``, which
+    its model loader applies to such checkpoints). Any other checkpoint keeps the label."""
+    quant = checkpoint_quantization(model_id)
+    if label is None or str(quant.get("quant_method", "")).lower() != "compressed-tensors":
+        return label
+    try:
+        from aiconfigurator_core.sdk.utils import parse_compressed_tensors_quant
+    except ImportError:  # no package, no measured timing either: the label stands
+        return label
+    base, ignored = parse_compressed_tensors_quant(quant)
+    return "bfloat16" if base == label and "attention" in ignored else label
 
 
 def expert_precision(label: str | None, model_id: str) -> str | None:
@@ -326,7 +355,7 @@ def row_scenario(row: dict) -> dict:
         if value:  # empty or 0: the default split
             parallelism[key] = value
     timed_as = timing_model(model_path)
-    moe = expert_precision(moe, timed_as)
+    gemm, moe = dense_precision(gemm, timed_as), expert_precision(moe, timed_as)
     precision = {k: v for k, v in (("weights", gemm), ("moe", moe)) if v is not None}
     # The weights' bytes follow the precision (agentsim.config.weights).
     model = {"profile": profile, "name": timed_as}

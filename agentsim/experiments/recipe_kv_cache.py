@@ -16,14 +16,15 @@ the TensorRT-LLM token budget of :mod:`.benchmark_recipes`). The recipes not lis
 engine's default: gpt-oss-120b on H100/H200 (vLLM; TensorRT-LLM ``dtype: auto``), DeepSeek-R1
 SGLang on H200, GLM-5 on H200, Qwen3.5 BF16, MiniMax-M2.5 FP8 on H200, Kimi-K2.5 INT4 and FP4 on
 B300 (as of the rows' dates, November 2025 to April 2026). Rows of aiconfigurator's own eval
-harness are not InferenceX's and get nothing from here.
+harness ran engines its config generator launched, which wrote its own KV-cache type
+(:func:`generator_kv_cache`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentsim.experiments.benchmark_clients import INFERENCEX, client_protocol
+from agentsim.experiments.benchmark_clients import FIXED_LENGTHS, INFERENCEX, client_protocol
 from agentsim.experiments.benchmark_recipes import measured_date
 
 #: The simulator's name (``serving.precision.kv_cache``) of the type these recipes set.
@@ -83,9 +84,33 @@ def _applies(recipe: KvRecipe, row: dict) -> bool:
     return True
 
 
+#: Row precision labels of a quantised configuration (anything but BF16).
+_QUANTISED_LABELS = frozenset({"fp8", "fp8_block", "fp4", "nvfp4", "int4", "mxfp4"})
+
+
+def generator_kv_cache(row: dict) -> str | None:
+    """The KV-cache type aiconfigurator's generator launched an eval-harness ``row``'s engine
+    with: ``"fp8"`` for a quantised configuration, else None (the engine's default).
+
+    aiconfigurator's search gives every quantised configuration on Hopper and later an FP8 KV
+    cache (its quantisation defaults and presets: ``kvcache_quant_mode: fp8`` beside an FP8 or
+    NVFP4 GEMM mode; ``sdk/task.py`` since October 2025, the ``dense_default`` and
+    ``moe_default`` templates before), and its generator writes that mode into the engine's
+    configuration: TensorRT-LLM's ``kv_cache_dtype`` from its first release
+    (``cli/backends/trtllm.py``), vLLM's and SGLang's ``--kv-cache-dtype`` from the change that
+    added those engines to it (ai-dynamo/aiconfigurator #144, December 2025), so every vLLM
+    and SGLang row it launched had it too."""
+    if client_protocol(row) is not FIXED_LENGTHS:
+        return None
+    return FP8 if str(row.get("precision") or "").strip().lower() in _QUANTISED_LABELS else None
+
+
 def recipe_kv_cache(row: dict) -> str | None:
     """``serving.precision.kv_cache`` of the recipe that launched ``row``'s engine: ``"fp8"``
-    where the recipe set it, None where it left the engine's default (or no recipe is known)."""
+    where the recipe set it, None where it left the engine's default (or no recipe is known).
+    An eval-harness row's recipe is aiconfigurator's generator (:func:`generator_kv_cache`)."""
+    if client_protocol(row) is FIXED_LENGTHS:
+        return generator_kv_cache(row)
     if client_protocol(row) is not INFERENCEX:
         return None
     return FP8 if any(_applies(recipe, row) for recipe in FP8_KV_RECIPES) else None
