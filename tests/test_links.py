@@ -64,3 +64,110 @@ def test_bytes_are_conserved_under_random_contention():
     assert link.bytes_requested == pytest.approx(sizes.sum(), rel=1e-12)
     # Work conservation: busy time >= bytes / bandwidth (equal when no idle gaps inside transfers).
     assert link.busy_s == pytest.approx(sizes.sum() / 25e9, rel=1e-6)
+
+
+class _ProcessLink(Link):
+    """The link as it was written with SimPy processes (a start and a timer each a process):
+    the reference the callback version must reproduce event for event."""
+
+    def transfer(self, size_bytes):
+        done = self.env.event()
+        self.transfers += 1
+        self.bytes_requested += size_bytes
+        if size_bytes <= 0:
+            done.succeed()
+            return done
+        self.env.process(self._start_process(size_bytes, done))
+        return done
+
+    def _start_process(self, size_bytes, done):
+        if self.latency_s > 0:
+            yield self.env.timeout(self.latency_s)
+        self._join(size_bytes, done)
+
+    def _rearm(self):
+        n = len(self.active)
+        tiny_s = 1e-12 * max(1.0, self.env.now)
+        finished = [tr for tr in self.active
+                    if tr.remaining_bytes <= max(1e-9 * tr.size_bytes, 1.0)
+                    or tr.remaining_bytes * n / self.bandwidth_bytes_per_s <= tiny_s]
+        if finished:
+            for tr in finished:
+                self.bytes_total += tr.remaining_bytes
+                tr.remaining_bytes = 0.0
+                tr.done.succeed()
+            self.active = [tr for tr in self.active if tr.remaining_bytes > 0]
+        self._timer_token += 1
+        if not self.active:
+            return
+        shortest = min(tr.remaining_bytes for tr in self.active)
+        self.env.process(self._timer_process(shortest * len(self.active) / self.bandwidth_bytes_per_s,
+                                             self._timer_token))
+
+    def _timer_process(self, delay_s, token):
+        yield self.env.timeout(delay_s)
+        if token != self._timer_token:
+            return
+        self._advance()
+        self._rearm()
+
+
+@pytest.mark.parametrize("latency_s", [0.0, 2.0 ** -10])
+def test_callbacks_reproduce_the_process_links_order_of_events(latency_s):
+    """Transfers started in bursts at the instants other processes wake at, on two links, with
+    times that are exact binary fractions so that starts, finishes and wake-ups coincide: every
+    completion happens at the same time and in the same order as with the process-based link,
+    and what the other processes see of the links at each instant is the same."""
+    step_s = 2.0 ** -6
+
+    def run(link_class):
+        env = simpy.Environment()
+        links = [link_class(env, "a", 2.0 ** 33, latency_s), link_class(env, "b", 2.0 ** 31, latency_s)]
+        rng = np.random.default_rng(3)
+        log = []
+
+        def client(i, start_s, size, link):
+            yield env.timeout(start_s)
+            done = link.transfer(size)
+            log.append(("started", i, env.now, len(link.active)))   # joins only once this callback ends
+            yield done
+            log.append(("done", i, env.now))
+
+        def ticker(i):
+            for _ in range(60):
+                yield env.timeout(step_s)
+                log.append(("tick", i, env.now, [(len(link.active), link.bytes_total, link.estimate_s(2.0 ** 20))
+                                                 for link in links]))
+
+        for i in range(200):
+            start = float(rng.integers(0, 40)) * step_s                # bursts on the tickers' instants
+            size = float(rng.choice([2.0 ** 24, 2.0 ** 27, 2.0 ** 28]))  # finishes on those instants too
+            env.process(client(i, start, size, links[i % 2]))
+        for i in range(3):
+            env.process(ticker(i))
+        env.run()
+        return log, [(link.bytes_total, link.busy_s, link.transfers) for link in links]
+
+    log, totals = run(Link)
+    assert len(log) == 2 * 200 + 3 * 60
+    assert (log, totals) == run(_ProcessLink)
+
+
+def test_a_transfer_is_five_events_where_processes_made_seven():
+    """One transfer with setup latency: an urgent event and its latency timeout to join, an
+    urgent event and a timeout for the finish timer, and its ``done`` event; the two processes
+    it used to start added an ``Initialize`` each and a completion event each, seven in all."""
+    counts = {}
+    for link_class in (Link, _ProcessLink):
+        env = simpy.Environment()
+        link = link_class(env, "c2c", 150e9, 10e-6)
+        scheduled = []
+        original = env.schedule
+        env.schedule = lambda event, priority=1, delay=0, original=original, scheduled=scheduled: (
+            scheduled.append(type(event).__name__), original(event, priority, delay))
+        done = link.transfer(7.0e9)
+        env.run()
+        assert done.processed and env.now == pytest.approx(10e-6 + 7.0e9 / 150e9)
+        counts[link_class.__name__] = scheduled
+    assert len(counts["Link"]) == 5 and "Process" not in counts["Link"]
+    assert len(counts["_ProcessLink"]) == 7

@@ -12,11 +12,20 @@ data) and ``transfers``. Utilisation = ``busy_s / elapsed``.
 Implementation: one event per transfer start/finish (not per byte). When the set of active
 transfers changes, everybody's remaining bytes are advanced by the elapsed share, and a single
 timer is armed for the earliest finisher.
+
+A start and a timer each run as a SimPy process started at that instant would (an urgent event
+now, then a timeout), but as callbacks on those two events: a process adds its generator and a
+completion event nobody waits for, a third of the events of a run with many transfers. The
+events that remain are scheduled at the same points in the same order, so every result is the
+one the process version gave.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import simpy
+from simpy.events import URGENT
 
 
 class _Transfer:
@@ -59,7 +68,7 @@ class Link:
         if size_bytes <= 0:
             done.succeed()
             return done
-        self.env.process(self._start(size_bytes, done))
+        self._soon(partial(self._started, size_bytes, done))
         return done
 
     def estimate_s(self, size_bytes: float, extra_sharers: int = 0) -> float:
@@ -83,9 +92,24 @@ class Link:
         }
 
     # --- fluid model ---------------------------------------------------------------------
-    def _start(self, size_bytes: float, done: simpy.Event):
+    def _soon(self, callback) -> None:
+        """Call ``callback(event)`` at this instant as a process started now would run: from an
+        urgent event, before the instant's ordinary events and after the urgent ones already
+        scheduled (SimPy's ``Initialize``)."""
+        event = simpy.Event(self.env)
+        event._ok = True
+        event._value = None
+        event.callbacks.append(callback)
+        self.env.schedule(event, URGENT)
+
+    def _started(self, size_bytes: float, done: simpy.Event, _event=None) -> None:
+        """A transfer's setup begins: it joins the pipe after ``latency_s``."""
         if self.latency_s > 0:
-            yield self.env.timeout(self.latency_s)
+            self.env.timeout(self.latency_s).callbacks.append(partial(self._join, size_bytes, done))
+        else:
+            self._join(size_bytes, done)
+
+    def _join(self, size_bytes: float, done: simpy.Event, _event=None) -> None:
         self._advance()
         self.active.append(_Transfer(size_bytes, done, self._next_id))
         self._next_id += 1
@@ -125,10 +149,12 @@ class Link:
             return
         shortest = min(tr.remaining_bytes for tr in self.active)
         delay = shortest * len(self.active) / self.bandwidth_bytes_per_s
-        self.env.process(self._timer(delay, self._timer_token))
+        self._soon(partial(self._arm, delay, self._timer_token))
 
-    def _timer(self, delay_s: float, token: int):
-        yield self.env.timeout(delay_s)
+    def _arm(self, delay_s: float, token: int, _event=None) -> None:
+        self.env.timeout(delay_s).callbacks.append(partial(self._fire, token))
+
+    def _fire(self, token: int, _event=None) -> None:
         if token != self._timer_token:
             return  # superseded by a later start or finish
         self._advance()
