@@ -45,6 +45,7 @@ def test_an_eval_harness_row_has_the_kv_cache_aiconfigurators_generator_wrote():
     assert recipe_kv_cache({**qwen, "precision": "fp4", "gemm_quant_mode": "nvfp4"}) == "fp8"
     # A BF16 configuration keeps a BF16 cache, whatever InferenceX's recipe for the family says.
     assert recipe_kv_cache({**qwen, "model_path": "meta-llama/Llama-3.1-70B", "precision": "bf16"}) is None
+    assert recipe_kv_cache({**qwen, "precision": "mxfp4"}) is None     # its MXFP4 preset keeps BF16
     # The eval row's KV pool holds twice the tokens it would in BF16 (the emulation reads it).
     row = {**qwen, "backend": "trtllm", "tp_size": 1, "batch_size": 64, "isl": 4096, "osl": 256}
     data = _with_engine_kv({**row_scenario(row), "serving": {**row_scenario(row)["serving"],

@@ -84,25 +84,27 @@ def _applies(recipe: KvRecipe, row: dict) -> bool:
     return True
 
 
-#: Row precision labels of a quantised configuration (anything but BF16).
-_QUANTISED_LABELS = frozenset({"fp8", "fp8_block", "fp4", "nvfp4", "int4", "mxfp4"})
+#: Row precision labels of the configurations aiconfigurator pairs with an FP8 KV cache (its
+#: ``fp8``, ``fp8_static`` and ``nvfp4`` presets; ``mxfp4`` and ``bfloat16`` keep BF16).
+_FP8_KV_LABELS = frozenset({"fp8", "fp8_block", "fp8_static", "fp4", "nvfp4"})
 
 
 def generator_kv_cache(row: dict) -> str | None:
     """The KV-cache type aiconfigurator's generator launched an eval-harness ``row``'s engine
-    with: ``"fp8"`` for a quantised configuration, else None (the engine's default).
+    with: ``"fp8"`` for an FP8 or NVFP4 configuration, else None (the engine's default).
 
-    aiconfigurator's search gives every quantised configuration on Hopper and later an FP8 KV
-    cache (its quantisation defaults and presets: ``kvcache_quant_mode: fp8`` beside an FP8 or
-    NVFP4 GEMM mode; ``sdk/task.py`` since October 2025, the ``dense_default`` and
-    ``moe_default`` templates before), and its generator writes that mode into the engine's
+    aiconfigurator's search gives those configurations an FP8 KV cache on Hopper and later
+    (every system the rows and the hardware profiles have): its quantisation defaults and
+    presets set ``kvcache_quant_mode: fp8`` beside an FP8 or NVFP4 GEMM mode (``sdk/task.py``
+    since October 2025, the ``dense_default`` and ``moe_default`` templates before; its
+    ``mxfp4`` preset keeps BF16), and its generator writes that mode into the engine's
     configuration: TensorRT-LLM's ``kv_cache_dtype`` from its first release
     (``cli/backends/trtllm.py``), vLLM's and SGLang's ``--kv-cache-dtype`` from the change that
     added those engines to it (ai-dynamo/aiconfigurator #144, December 2025), so every vLLM
     and SGLang row it launched had it too."""
     if client_protocol(row) is not FIXED_LENGTHS:
         return None
-    return FP8 if str(row.get("precision") or "").strip().lower() in _QUANTISED_LABELS else None
+    return FP8 if str(row.get("precision") or "").strip().lower() in _FP8_KV_LABELS else None
 
 
 def recipe_kv_cache(row: dict) -> str | None:

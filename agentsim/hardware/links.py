@@ -15,9 +15,9 @@ timer is armed for the earliest finisher.
 
 A start and a timer each run as a SimPy process started at that instant would (an urgent event
 now, then a timeout), but as callbacks on those two events: a process adds its generator and a
-completion event nobody waits for, a third of the events of a run with many transfers. The
-events that remain are scheduled at the same points in the same order, so every result is the
-one the process version gave.
+completion event nobody waits for (a lone transfer is five events instead of seven). The events
+that remain are scheduled at the same points in the same order, so every result is the one the
+process version gave.
 """
 
 from __future__ import annotations
