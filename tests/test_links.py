@@ -70,39 +70,16 @@ class _ProcessLink(Link):
     """The link as it was written with SimPy processes (a start and a timer each a process):
     the reference the callback version must reproduce event for event."""
 
-    def transfer(self, size_bytes):
-        done = self.env.event()
-        self.transfers += 1
-        self.bytes_requested += size_bytes
-        if size_bytes <= 0:
-            done.succeed()
-            return done
+    def _begin(self, size_bytes, done):
         self.env.process(self._start_process(size_bytes, done))
-        return done
 
     def _start_process(self, size_bytes, done):
         if self.latency_s > 0:
             yield self.env.timeout(self.latency_s)
         self._join(size_bytes, done)
 
-    def _rearm(self):
-        n = len(self.active)
-        tiny_s = 1e-12 * max(1.0, self.env.now)
-        finished = [tr for tr in self.active
-                    if tr.remaining_bytes <= max(1e-9 * tr.size_bytes, 1.0)
-                    or tr.remaining_bytes * n / self.bandwidth_bytes_per_s <= tiny_s]
-        if finished:
-            for tr in finished:
-                self.bytes_total += tr.remaining_bytes
-                tr.remaining_bytes = 0.0
-                tr.done.succeed()
-            self.active = [tr for tr in self.active if tr.remaining_bytes > 0]
-        self._timer_token += 1
-        if not self.active:
-            return
-        shortest = min(tr.remaining_bytes for tr in self.active)
-        self.env.process(self._timer_process(shortest * len(self.active) / self.bandwidth_bytes_per_s,
-                                             self._timer_token))
+    def _start_timer(self, delay_s, token):
+        self.env.process(self._timer_process(delay_s, token))
 
     def _timer_process(self, delay_s, token):
         yield self.env.timeout(delay_s)

@@ -68,7 +68,7 @@ class Link:
         if size_bytes <= 0:
             done.succeed()
             return done
-        self._soon(partial(self._started, size_bytes, done))
+        self._begin(size_bytes, done)
         return done
 
     def estimate_s(self, size_bytes: float, extra_sharers: int = 0) -> float:
@@ -101,6 +101,10 @@ class Link:
         event._value = None
         event.callbacks.append(callback)
         self.env.schedule(event, URGENT)
+
+    def _begin(self, size_bytes: float, done: simpy.Event) -> None:
+        """Start a transfer's setup at this instant (module docstring: as a process would)."""
+        self._soon(partial(self._started, size_bytes, done))
 
     def _started(self, size_bytes: float, done: simpy.Event, _event=None) -> None:
         """A transfer's setup begins: it joins the pipe after ``latency_s``."""
@@ -148,8 +152,12 @@ class Link:
         if not self.active:
             return
         shortest = min(tr.remaining_bytes for tr in self.active)
-        delay = shortest * len(self.active) / self.bandwidth_bytes_per_s
-        self._soon(partial(self._arm, delay, self._timer_token))
+        self._start_timer(shortest * len(self.active) / self.bandwidth_bytes_per_s, self._timer_token)
+
+    def _start_timer(self, delay_s: float, token: int) -> None:
+        """Arm the timer for the next finisher, ``delay_s`` from now (superseded once the token
+        moves on)."""
+        self._soon(partial(self._arm, delay_s, token))
 
     def _arm(self, delay_s: float, token: int, _event=None) -> None:
         self.env.timeout(delay_s).callbacks.append(partial(self._fire, token))
