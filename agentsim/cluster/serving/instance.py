@@ -42,28 +42,6 @@ from agentsim.cluster.serving.step_timer import StepTimer
 from agentsim.cluster.serving.toolgap import ToolGapMover
 
 
-def _first_of(env: simpy.Environment, timeout: simpy.Event, wakeup: simpy.Event) -> simpy.Event:
-    """An event processed when the first of ``timeout`` and ``wakeup`` has been, as SimPy's
-    ``timeout | wakeup`` is (succeeded from a callback of whichever runs first, so scheduled at
-    the same point), without the condition's value and bookkeeping (two a request). Its callback
-    leaves both events once it has fired, so a long-lived ``wakeup`` does not gather them."""
-    either = env.event()
-
-    def fire(_event) -> None:
-        if not either.triggered:
-            either.succeed()
-            for event in (timeout, wakeup):
-                if event.callbacks is not None and fire in event.callbacks:
-                    event.callbacks.remove(fire)
-
-    for event in (timeout, wakeup):
-        if event.callbacks is None:   # already run: the condition checks it at once
-            fire(event)
-        else:
-            event.callbacks.append(fire)
-    return either
-
-
 class ServingInstance:
     """One instance; ``on_finish(request)`` is called for every finished or rejected request."""
 
@@ -486,8 +464,8 @@ class ServingInstance:
         full_s = cost.decode_stretch_s(n, context, steps)
         timeout = env.timeout(full_s)
         if len(self.batch.running) < self.max_batch or self.loading:
-            yield _first_of(env, timeout, self._wakeup)
-            if timeout.callbacks is not None:   # not run yet
+            result = yield timeout | self._wakeup
+            if timeout not in result:
                 # A request arrived: finish the step in progress, then let it join.
                 done = cost.decode_steps_within(n, context, env.now - start)
                 # It is received after the step in progress (after the one formed during it,
