@@ -245,13 +245,11 @@ def dense_precision(label: str | None, model_id: str) -> str | None:
     runs its routed experts through the W4A16 Marlin MoE kernel and every other GEMM in BF16.
     The category parse is aiconfigurator-core's own (``parse_compressed_tensors_quant``, which
     its model loader applies to such checkpoints). Any other checkpoint keeps the label."""
-    quant = checkpoint_quantization(model_id)
+    quant = checkpoint_quantization(model_id)   # empty without the package
     if label is None or str(quant.get("quant_method", "")).lower() != "compressed-tensors":
         return label
-    try:
-        from aiconfigurator_core.sdk.utils import parse_compressed_tensors_quant
-    except ImportError:  # no package, no measured timing either: the label stands
-        return label
+    from aiconfigurator_core.sdk.utils import parse_compressed_tensors_quant
+
     base, ignored = parse_compressed_tensors_quant(quant)
     return "bfloat16" if base == label and "attention" in ignored else label
 

@@ -111,9 +111,10 @@ def recipe_kv_cache(row: dict) -> str | None:
     """``serving.precision.kv_cache`` of the recipe that launched ``row``'s engine: ``"fp8"``
     where the recipe set it, None where it left the engine's default (or no recipe is known).
     An eval-harness row's recipe is aiconfigurator's generator (:func:`generator_kv_cache`)."""
-    if client_protocol(row) is FIXED_LENGTHS:
+    protocol = client_protocol(row)
+    if protocol is FIXED_LENGTHS:
         return generator_kv_cache(row)
-    if client_protocol(row) is not INFERENCEX:
+    if protocol is not INFERENCEX:
         return None
     return FP8 if any(_applies(recipe, row) for recipe in FP8_KV_RECIPES) else None
 
