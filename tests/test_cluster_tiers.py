@@ -124,3 +124,25 @@ def test_tiers_scenario_prints_hits_per_tier_ttft_breakdown_and_links(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["hit_ratio_by_tier"]) >= {"hbm", "dram"}
     assert summary["hit_ratio_by_tier"]["dram"] > 0
+
+
+@pytest.mark.parametrize("tiers", [True, False], ids=["tiered", "hbm-only"])
+def test_eviction_granularity_reaches_every_instance_cache_and_node_granularity_evicts_more(tiers):
+    """``cache.eviction_granularity`` sets every instance's cache (tiered or plain); freeing whole
+    nodes frees more blocks than asked for, so the same run evicts more blocks in total."""
+    from agentsim.engine.simulation import Simulation
+
+    path = ROOT / "scenarios" / "gb300-nvl72-tiers.yaml"
+    sets = ["duration_s=3m", "hardware.instances=2", "workload.agent_classes.coding.arrival.concurrent=30",
+            "workload.agent_classes.coding.arrival.ramp_s=20s", "hardware.kv_capacity_bytes=2GB"]
+    if not tiers:
+        sets += ["cache.tiers.dram.enabled=false", "cache.tiers.disk.enabled=false"]
+    evicted = {}
+    for granularity in ("block", "node"):
+        simulation = Simulation(load_scenario(path, sets + [f"cache.eviction_granularity={granularity}"]))
+        assert simulation.run().summary["requests"] > 100
+        caches = [instance.cache for instance in simulation.instances]
+        assert isinstance(caches[0], TieredCache) is tiers
+        assert [cache.whole_node_eviction for cache in caches] == [granularity == "node"] * 2
+        evicted[granularity] = sum(cache.evicted_blocks for cache in caches)
+    assert evicted["node"] > evicted["block"] > 0

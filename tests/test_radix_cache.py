@@ -282,3 +282,18 @@ def test_a_lazy_heap_is_compacted_and_victims_come_out_in_the_same_order(capacit
     # Without evictions the heap keeps an item per access; compacted, about the live nodes.
     assert len(reference.policy._heap) > 10 * max(compacted.policy.COMPACT_MIN_ITEMS, 2 * live_nodes)
     assert len(compacted.policy._heap) <= max(compacted.policy.COMPACT_MIN_ITEMS, 2 * live_nodes) + 1
+
+
+def test_node_granular_eviction_frees_the_victims_whole_node():
+    """``cache.eviction_granularity: node`` (SGLang's radix eviction): the same victim as block
+    granularity, but all of its node goes, even when one block was wanted."""
+    by_block, by_node = make(8), make(8)
+    by_node.whole_node_eviction = True
+    for cache in (by_block, by_node):
+        serve(cache, list(range(1, 6)), 0.0)        # a run of 5 blocks (the LRU leaf)
+        serve(cache, [50, 51], 1.0)
+        serve(cache, [100, 101], 2.0)              # needs 1 block more than free
+    assert resident_keys(by_block) == {1, 2, 3, 4, 50, 51, 100, 101}
+    assert by_block.evicted_blocks == 1
+    assert resident_keys(by_node) == {50, 51, 100, 101}
+    assert by_node.evicted_blocks == 5 and by_node.used_blocks == 4

@@ -148,3 +148,19 @@ def test_a_request_recomputing_blocks_that_are_being_loaded_does_not_unbalance_t
     assert by_source == {}                       # nothing left to arrive: the blocks were recomputed
     assert all(e is None or e.io_ref == 0 for node in cache.iter_nodes() for e in node.entries)
     assert cache.hbm.reserved_blocks == 0 and cache.hbm.resident_blocks == 20
+
+
+def test_node_granular_eviction_demotes_the_victims_whole_node_in_one_write():
+    """With ``whole_node_eviction`` an HBM eviction of one block demotes the LRU leaf's whole
+    run to DRAM in one write (block granularity: one block, split off the run's tail)."""
+    out = {}
+    for whole in (False, True):
+        cache, transfers = make(hbm=30, dram=100)
+        cache.whole_node_eviction = whole
+        serve(cache, seq(0, 20), 1.0)
+        serve(cache, seq(1000, 10), 2.0)            # fills HBM exactly
+        serve(cache, seq(2000, 1), 3.0)             # one block more
+        out[whole] = (cache.tiers[0].used_blocks, cache.tiers[1].used_blocks,
+                      [t for t in transfers if t[1] == "dram"])
+    assert out[False] == (30, 1, [("hbm", "dram", 1)])
+    assert out[True] == (11, 20, [("hbm", "dram", 20)])

@@ -52,6 +52,8 @@ class RadixCache:
         #: Optional A1 admission filter (``agentsim.cache.policies.admission``): decides at
         #: unpin whether a released, childless node is kept or freed at once.
         self.admission = None
+        #: ``cache.eviction_granularity: node``: an eviction frees its victims' whole nodes.
+        self.whole_node_eviction = False
         #: KV events (``cluster/kv_events.py``): told of blocks entering and leaving the cache
         #: (by the serving path; :meth:`serve`, the cache-only replay path, publishes none).
         self.kv_listener = None
@@ -199,10 +201,14 @@ class RadixCache:
         self.reserved_blocks -= n_blocks
 
     def evict(self, n_blocks: int, now_s: float, reason: str = "capacity") -> bool:
-        """Free at least ``n_blocks`` resident blocks; False if not enough are evictable."""
+        """Free at least ``n_blocks`` resident blocks; False if not enough are evictable. Each
+        victim gives the blocks still wanted from its tail (or what the policy's
+        ``victim_tail_blocks`` says), or its whole node with :attr:`whole_node_eviction` (SGLang's
+        ``RadixCache.evict``; may free more than ``n_blocks``)."""
         freed = 0
         policy = self.policy
         tail_rule = policy.victim_tail_blocks
+        whole_nodes = self.whole_node_eviction
         while freed < n_blocks:
             victim = policy.pop_victim(now_s)
             if victim is None:
@@ -210,10 +216,11 @@ class RadixCache:
             if victim.lock_ref or not victim.alive or (victim.children and not policy.allows_orphans):
                 raise InvariantViolation(f"policy {policy.registered_name} chose a non-evictable node {victim!r}")
             take = len(victim.keys)
-            if take > n_blocks - freed:  # min() with two arguments costs ~10x this test
-                take = n_blocks - freed
-            if tail_rule is not None:
-                take = tail_rule(victim, take)
+            if not whole_nodes:
+                if take > n_blocks - freed:  # min() with two arguments costs ~10x this test
+                    take = n_blocks - freed
+                if tail_rule is not None:
+                    take = tail_rule(victim, take)
             self.remove_tail(victim, take, reason)
             freed += take
         return True

@@ -74,6 +74,9 @@ class TieredCache(RunMerging, TierStaging):
         #: (engine-style admission asks every pass; a walk cost a rack 30-70 us per request).
         #: Splits keep both parts' pins and residency; merges join unpinned runs only.
         self.pinned_hbm_blocks = 0
+        #: ``cache.eviction_granularity: node``: an eviction frees its victims' whole nodes
+        #: (SGLang's radix eviction) rather than the blocks still wanted from their tails.
+        self.whole_node_eviction = False
 
     # --- HBM-compatible attributes ---------------------------------------------------------
     hbm = property(lambda self: self.tiers[0])
@@ -281,7 +284,9 @@ class TieredCache(RunMerging, TierStaging):
         hbm.reserved_blocks -= n_blocks
 
     def evict(self, n_blocks: int, now_s: float, reason: str = "capacity", tier: int = 0) -> bool:
-        """Free at least ``n_blocks`` blocks of tier ``tier``; False if not enough are evictable."""
+        """Free at least ``n_blocks`` blocks of tier ``tier``; False if not enough are evictable.
+        Each victim gives the blocks still wanted from its tail, or all of its node with
+        :attr:`whole_node_eviction` (which may free more than ``n_blocks``)."""
         t = self.tiers[tier]
         freed = 0
         while freed < n_blocks:
@@ -290,7 +295,9 @@ class TieredCache(RunMerging, TierStaging):
                 return False
             if not t.is_evictable(victim):
                 raise InvariantViolation(f"policy {t.policy.registered_name} chose a non-evictable entry {victim!r} in {t.name}")
-            take = min(len(victim.node.keys), n_blocks - freed)
+            take = len(victim.node.keys)
+            if not self.whole_node_eviction and take > n_blocks - freed:
+                take = n_blocks - freed
             self.remove_tail(victim.node, take, reason, tier, now_s)
             freed += take
         return True

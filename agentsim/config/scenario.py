@@ -284,6 +284,11 @@ class CacheConfig(Strict):
     tiers: TiersConfig | None = Field(None, description="tiers below HBM (DRAM, disk, remote, peer HBM); absent = HBM only")
     admission: PolicyRef = Field(default_factory=lambda: PolicyRef(name="admit_all"),
                                  description="A1 admission filter at release (admit_all, second_hit, tinylfu, no_decode_cache, no_prefix_cache; see `agentsim policies`)")
+    eviction_granularity: Literal["block", "node"] = Field(
+        "block", description="how much an eviction frees: block = exactly the blocks asked for, from the victim's "
+                             "tail (vLLM's and TensorRT-LLM's free-block pools; the policies' exact specification); "
+                             "node = the victim's whole node, even if that is more (SGLang's RadixCache.evict and "
+                             "HiCache's write-back, which free whole radix nodes). Applies to every tier")
 
 
 class SloConfig(Strict):

@@ -83,6 +83,7 @@ class DisaggregatedCluster:
                 extra = self.hierarchy.instance_kwargs(at)
             else:
                 cache = RadixCache(self.capacity_blocks[role], eviction_policy(ref, self.scenario, block_tokens), name="hbm")
+            cache.whole_node_eviction = self.scenario.cache.eviction_granularity == "node"
             out.append(ServingInstance(env, index, cache, self.timers[role][0], block_tokens, serving.batch_requests(),
                                        serving.instance_batch_tokens(), on_finish=on_finish,
                                        check_invariants=check_invariants, rank_chunk_tokens=serving.rank_chunk_tokens(),

@@ -148,6 +148,7 @@ class Simulation:
             else:
                 cache = RadixCache(self.capacity_blocks, eviction_policy(policy_ref, scenario),
                                    name="hbm")
+            cache.whole_node_eviction = scenario.cache.eviction_granularity == "node"
             serving = scenario.serving
             self.instances.append(ServingInstance(
                 self.env, index, cache, self.cost, self.block_tokens,
