@@ -4,6 +4,7 @@ instances (more owners of a key than dense layers), forgetting and purging dead 
 removals of keys already dead (not recorded)."""
 
 import random
+from array import array
 from types import SimpleNamespace
 
 import pytest
@@ -22,10 +23,13 @@ def _classifier(n_instances: int) -> RecomputeClassifier:
     return RecomputeClassifier(instances, block_tokens=16, warmup_s=0.0)
 
 
+@pytest.mark.parametrize("as_array", [False, True], ids=["lists", "arrays"])
 @pytest.mark.parametrize("seed,longest", [(0, 30), (1, 30), (2, 30), (3, 30), (4, 200), (5, 200)])
-def test_loss_record_matches_a_dict_per_instance(seed, longest):
+def test_loss_record_matches_a_dict_per_instance(seed, longest, as_array):
     """``longest``: the longest removal (a full cache's evictions remove whole merged runs of
-    hundreds of keys, not contiguous, and a key may come twice)."""
+    hundreds of keys, not contiguous, and a key may come twice). ``as_array``: removals come as
+    ``array('q')`` (the agents' key type), so the long ones take the vectorised first-layer pass;
+    every layer's count of set keys must stay exact (purges follow it)."""
     rng = random.Random(seed)
     n_instances = 2 * DENSE_LAYERS + 2          # keys lost on more instances than dense layers
     record = _classifier(n_instances)
@@ -58,7 +62,9 @@ def test_loss_record_matches_a_dict_per_instance(seed, longest):
                 if rng.random() < 0.5:
                     keys += list(range(oldest[0], oldest[0] + rng.randrange(0, 5)))
             instance, tier = rng.randrange(n_instances), rng.randrange(3)
-            record._record(instance, keys, tier)
+            record._record(instance, array("q", keys) if as_array else keys, tier)
+            for layer in record._layers:
+                assert layer.count == sum(1 for v in layer.values if v) + len(layer.far)
             for key in keys:
                 if key >= oldest[0] or key in protected:
                     model[instance][key] = 1 + tier

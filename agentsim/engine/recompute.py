@@ -34,6 +34,10 @@ finished request and once per finished agent.
 
 from __future__ import annotations
 
+from array import array
+
+import numpy as np
+
 from agentsim.cache.key_map import DenseKeyMap
 
 #: A loss record: ``(instance + 1) << 8 | 1 + tier index`` (one int per key).
@@ -41,6 +45,9 @@ _TIER_BITS = 8
 #: Dense maps of loss codes (the first, second, ... instance to lose a key); owners beyond them
 #: go to a dict per instance.
 DENSE_LAYERS = 3
+#: Key arrays at least this long take the vectorised first-layer pass (:meth:`RecomputeClassifier.
+#: _record_in_span`); below it numpy's per-call overhead exceeds the per-key loop's cost.
+_VECTOR_MIN_KEYS = 48
 
 
 def _removed_keys(obj, blocks: int) -> list[int]:
@@ -63,6 +70,7 @@ class RecomputeClassifier:
         #: Codes of up to 255 instances fit in 2 bytes a key of the span ("H"), more in 4.
         owners = 1 + max((inst.instance_id for inst in instances), default=0)
         self._code_type = "H" if owners < (1 << (16 - _TIER_BITS)) else "I"
+        self._code_dtype = np.dtype(np.uint16 if self._code_type == "H" else np.uint32)
         #: The first layer's span starts at the oldest live key (purges move it there) and never
         #: re-bases past live keys on its own: caches lose their oldest blocks first, so keys a
         #: re-base had moved to its dict were the ones recorded most (four racks: 296k keys
@@ -113,6 +121,8 @@ class RecomputeClassifier:
         added = 0
         spill = None
         later = self._layers[1:]
+        if len(keys) >= _VECTOR_MIN_KEYS and type(keys) is array:
+            keys = self._record_in_span(keys, owner, code)
         for key in keys:
             # The first layer's array, inline (the common cases: a key lost for the first time,
             # or again by the same instance).
@@ -179,6 +189,31 @@ class RecomputeClassifier:
         first.count += added
         if len(first) > self._purge_at and self.key_horizon is not None:
             self._purge()
+
+    def _record_in_span(self, keys: array, owner: int, code: int):
+        """The first layer's common cases of :meth:`_record` for a long key array, at once: keys
+        inside the first layer's span that are unset there or lost before by the same instance
+        get ``code``. Returns the keys left to the per-key loop (outside the span, or held by
+        another instance), in their order; the result is the loop's, since every key touches
+        its own slot. A long tail (a whole node evicted, a lower tier dropping a run) then costs
+        a few array operations rather than a Python iteration a key."""
+        first = self._layers[0]
+        base, size = first.base, len(first.values)
+        wanted = np.frombuffer(keys, dtype=np.int64) - base
+        if wanted.min() < 0 or wanted.max() >= size:
+            return keys                           # some keys outside the span: the loop does all
+        view = np.frombuffer(first.values, dtype=self._code_dtype)
+        held = view[wanted]
+        unset = held == 0
+        settable = unset | ((held >> _TIER_BITS) == owner)
+        view[wanted[settable]] = code
+        if unset.any():
+            # Slots newly set, each once (a removal may name a key twice).
+            first.count += int(np.unique(wanted[unset]).size)
+        del view                                  # the array cannot grow while exported
+        if settable.all():
+            return ()
+        return np.frombuffer(keys, dtype=np.int64)[~settable].tolist()
 
     def _purge(self) -> None:
         oldest, protected = self.key_horizon()
