@@ -121,7 +121,7 @@ class RecomputeClassifier:
         added = 0
         spill = None
         later = self._layers[1:]
-        if len(keys) >= _VECTOR_MIN_KEYS and type(keys) is array:
+        if len(keys) >= _VECTOR_MIN_KEYS and type(keys) is array and keys.typecode == "q":
             keys = self._record_in_span(keys, owner, code)
         for key in keys:
             # The first layer's array, inline (the common cases: a key lost for the first time,
