@@ -199,7 +199,8 @@ class RecomputeClassifier:
         a few array operations rather than a Python iteration a key."""
         first = self._layers[0]
         base, size = first.base, len(first.values)
-        wanted = np.frombuffer(keys, dtype=np.int64) - base
+        as_ints = np.frombuffer(keys, dtype=np.int64)
+        wanted = as_ints - base
         if wanted.min() < 0 or wanted.max() >= size:
             return keys                           # some keys outside the span: the loop does all
         view = np.frombuffer(first.values, dtype=self._code_dtype)
@@ -213,7 +214,7 @@ class RecomputeClassifier:
         del view                                  # the array cannot grow while exported
         if settable.all():
             return ()
-        return np.frombuffer(keys, dtype=np.int64)[~settable].tolist()
+        return as_ints[~settable].tolist()
 
     def _purge(self) -> None:
         oldest, protected = self.key_horizon()
