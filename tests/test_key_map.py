@@ -45,6 +45,17 @@ def test_matches_a_dict_under_random_operations(seed):
             for k in expected:
                 del model[k]
             probes.update(keys)
+        elif rng.random() < 0.03:   # fill many: keys at or above the span's start, some far above
+            keys = list(range(key, key + rng.randrange(1, 300), rng.choice((1, 1, 3))))
+            keys += [key, rng.getrandbits(62)] if rng.random() < 0.3 else []
+            keys = array("q", keys) if rng.random() < 0.5 else keys
+            value = rng.randrange(1, 2**32)
+            base = m.base
+            m.fill_many(keys, value)
+            for k in keys:
+                if k >= base:
+                    model[k] = value
+            probes.update(keys)
         else:
             value = rng.randrange(1, 2**32)
             m.set(key, value)

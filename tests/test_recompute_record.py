@@ -39,9 +39,8 @@ def test_loss_record_matches_a_dict_per_instance(seed, longest, as_array):
     record.key_horizon = lambda: (oldest[0], protected)
     record._purge_at = 300                       # purge often
     next_key = 1
-    # Forgotten keys may be lost (recorded) again, as an ended agent's blocks are, but no call
-    # sends them again, so they are never asked about (forget leaves their spilled records to
-    # the purges).
+    # Forgotten keys may be lost again, as an ended agent's blocks are (no longer recorded), but
+    # no call sends them again, so they are never asked about.
     forgotten: set[int] = set()
     for _ in range(3000):
         op = rng.random()
@@ -85,6 +84,31 @@ def test_loss_record_matches_a_dict_per_instance(seed, longest, as_array):
     for instance in range(n_instances):
         assert record._tiers_lost(instance, probe) == [model[instance].get(k, 0) for k in probe], instance
     assert len(record._layers) == DENSE_LAYERS and record._spill     # every path was taken
+
+
+@pytest.mark.parametrize("as_array", [False, True], ids=["lists", "arrays"])
+def test_forgotten_keys_leave_the_record_and_are_not_recorded_again(as_array):
+    """An ended agent's keys: forget drops every owner's record, the spilled owners' too, and
+    their later losses (lower tiers evict them for hours) add nothing, whatever the horizon."""
+    n_instances = DENSE_LAYERS + 3
+    record = _classifier(n_instances)
+    dead = list(range(100, 400))
+    for instance in range(n_instances):
+        record._record(instance, array("q", dead) if as_array else dead, instance % 3)
+    assert len(record._spill) == len(dead)              # owners beyond the dense layers
+    before = record.state_bytes()
+    record.forget(array("q", dead))
+    assert not record._spill and all(not layer.count for layer in record._layers[1:])
+    held = record._layers[0].count
+    for instance in range(n_instances):
+        record._record(instance, array("q", dead) if as_array else dead, 2)
+    assert not record._spill and all(not layer.count for layer in record._layers[1:])
+    assert record._layers[0].count == held and record.state_bytes() < before
+    live = list(range(400, 460))                         # keys above the forgotten ones still count
+    for instance in range(n_instances):
+        record._record(instance, array("q", live) if as_array else live, 1)
+    assert all(record._tiers_lost(i, live) == [2] * len(live) for i in range(n_instances))
+    assert record._tiers_lost(0, dead[:5]) == [0] * 5
 
 
 def test_the_first_layer_grows_from_the_oldest_live_key():

@@ -147,6 +147,44 @@ class DenseKeyMap:
             self.count -= 1
         return value
 
+    def fill_many(self, keys, value: int) -> None:
+        """Set every key of ``keys`` (an ``array('q')`` or a sequence of ints) at or above the
+        span's start to ``value`` (> 0); the span grows to cover them, as :meth:`set` would
+        (keys far above it go to the dict). Keys below the span's start are left alone (an owner
+        that moved the start there holds them dead). One vectorised pass, as :meth:`pop_many`."""
+        if not len(keys):
+            return
+        if isinstance(keys, array) and keys.typecode == "q":
+            wanted = np.frombuffer(keys, dtype=np.int64)
+        else:
+            wanted = np.asarray(keys, dtype=np.int64)
+        offsets = wanted - self.base
+        offsets = offsets[offsets >= 0]
+        if not len(offsets):
+            return
+        values = self.values
+        size = len(values)
+        far = offsets >= 2 * size + _GROWTH_SLACK
+        if far.any():
+            for key in (offsets[far] + self.base).tolist():
+                if key not in self.far:
+                    self.count += 1
+                self.far[key] = value
+            offsets = offsets[~far]
+            if not len(offsets):
+                return
+        end = int(offsets.max()) + 1
+        if end > size:
+            grown = max(end, size + (size >> _GROWTH_SHIFT), 1024)
+            values.frombytes(bytes(values.itemsize * (grown - size)))
+            if self.far:
+                self._absorb_far()
+        view = np.frombuffer(values, dtype=np.dtype(values.typecode))
+        slots = np.unique(offsets)
+        self.count += int(np.count_nonzero(view[slots] == 0))
+        view[slots] = value
+        del view                                # the array cannot grow while exported
+
     def pop_many(self, keys) -> list[int]:
         """Unset every key of ``keys`` (an ``array('q')`` or a sequence of ints); returns the
         keys that were set, each once, in no particular order. One vectorised pass over the

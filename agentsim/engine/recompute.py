@@ -42,6 +42,15 @@ from agentsim.cache.key_map import DenseKeyMap
 
 #: A loss record: ``(instance + 1) << 8 | 1 + tier index`` (one int per key).
 _TIER_BITS = 8
+#: The first layer's mark of a forgotten key (owner 0, never a record's code): its later losses
+#: are not recorded. Without it, the lower tiers of a long run kept recording an ended agent's
+#: blocks for hours after :meth:`RecomputeClassifier.forget`, and the owners beyond the dense
+#: layers (a dict entry each) held them until the oldest live agent ended (a 40-minute rack run:
+#: 417k dict entries, 124k of them for dead keys).
+_FORGOTTEN = (1 << _TIER_BITS) - 1
+#: Bits a code takes in a spilled key's packed codes (see ``RecomputeClassifier._spill``).
+_SPILL_CODE_BITS = 32
+_SPILL_CODE_MASK = (1 << _SPILL_CODE_BITS) - 1
 #: Dense maps of loss codes (the first, second, ... instance to lose a key); owners beyond them
 #: go to a dict per instance.
 DENSE_LAYERS = 3
@@ -76,7 +85,10 @@ class RecomputeClassifier:
         #: re-base had moved to its dict were the ones recorded most (four racks: 296k keys
         #: there, 50 dict lookups per request; 2 bytes a key of the span instead).
         self._layers: list[DenseKeyMap] = [DenseKeyMap(self._code_type, rebase=False)]
-        self._spill: dict[int, dict[int, int]] = {}     # instance -> key -> 1 + tier
+        #: Owners beyond the dense layers: key -> their codes packed into one int, 32 bits a
+        #: code (an int object a key, not a dict entry per instance and key), so that
+        #: :meth:`forget` drops a key's records with one pop.
+        self._spill: dict[int, int] = {}
         #: ``() -> (oldest live key, protected keys)`` (the agent driver's ``key_horizon``):
         #: when set, records of dead keys (below the oldest live key, not protected) are purged
         #: whenever the record has doubled, since an ended agent's blocks are still evicted
@@ -119,7 +131,6 @@ class RecomputeClassifier:
         values, base = first.values, first.base
         size = len(values)
         added = 0
-        spill = None
         later = self._layers[1:]
         if len(keys) >= _VECTOR_MIN_KEYS and type(keys) is array and keys.typecode == "q":
             keys = self._record_in_span(keys, owner, code)
@@ -136,6 +147,8 @@ class RecomputeClassifier:
                 if held >> _TIER_BITS == owner:
                     values[i] = code
                     continue
+                if held == _FORGOTTEN:
+                    continue
             else:
                 if i < 0 and key < self._dead_below and key not in self._protected:
                     continue                    # a dead key: no call can send it again
@@ -148,6 +161,8 @@ class RecomputeClassifier:
                     values, base = first.values, first.base
                     size = len(values)
                 held = first.get(key)
+                if held == _FORGOTTEN:
+                    continue
                 if not held or held >> _TIER_BITS == owner:
                     first.count += added      # set() may re-base, which reads the count
                     added = 0
@@ -183,9 +198,7 @@ class RecomputeClassifier:
                     self._layers.append(layer)
                     later = self._layers[1:]
                 else:
-                    if spill is None:
-                        spill = self._spill.setdefault(instance, {})
-                    spill[key] = 1 + tier_index
+                    self._spill[key] = _with_code(self._spill.get(key, 0), owner, code)
         first.count += added
         if len(first) > self._purge_at and self.key_horizon is not None:
             self._purge()
@@ -212,29 +225,36 @@ class RecomputeClassifier:
             # Slots newly set, each once (a removal may name a key twice).
             first.count += int(np.unique(wanted[unset]).size)
         del view                                  # the array cannot grow while exported
-        if settable.all():
+        left = ~settable & (held != _FORGOTTEN)
+        if not left.any():
             return ()
-        return as_ints[~settable].tolist()
+        return as_ints[left].tolist()
 
     def _purge(self) -> None:
         oldest, protected = self.key_horizon()
         self._dead_below, self._protected = oldest, protected
         for layer in self._layers:
             layer.drop_below(oldest, protected)
-        for instance, spill in self._spill.items():
-            self._spill[instance] = {k: v for k, v in spill.items() if k >= oldest or k in protected}
+        self._spill = {k: v for k, v in self._spill.items() if k >= oldest or k in protected}
         self._purge_at = max(4096, 2 * len(self._layers[0]))
 
     def forget(self, keys: list[int]) -> None:
         """``keys`` can never be requested again (their agent ended, or a rewrite replaced them):
-        drop their loss records from the dense layers. Their records in the instances' spill
-        dicts are left to the purges: nothing asks about a forgotten key again, and the walk over
-        every instance's dict per call was the record's cost that grew with the cluster (72
-        instances: 16 us per request; the dicts hold 3% more keys for it)."""
-        if not self._layers[0].count:
+        drop their loss records, and mark them forgotten in the first layer so that their later
+        losses (the lower tiers of a long run evict an ended agent's blocks for hours) are not
+        recorded again. Spilled records go with the last layer's: a key spills only when every
+        dense layer holds it."""
+        first, *later = self._layers
+        if not first.count:
             return
-        for layer in self._layers:
-            layer.pop_many(keys)
+        first.fill_many(keys, _FORGOTTEN)
+        popped = ()
+        for layer in later:
+            popped = layer.pop_many(keys)
+        if self._spill and len(later) == DENSE_LAYERS - 1:
+            pop = self._spill.pop
+            for key in popped:
+                pop(key, None)
 
     def _tiers_lost(self, instance: int, keys: list[int]) -> list[int]:
         """For each of ``keys``: 1 + the tier ``instance`` lost it from, or 0 if it never did."""
@@ -244,7 +264,7 @@ class RecomputeClassifier:
         size = len(values)
         # Nothing is set here, so each later layer's span and dict hold for the whole call.
         later = [(layer.base, layer.values, len(layer.values), layer.far) for layer in later]
-        spill = self._spill.get(instance) or {}
+        spill = self._spill
         out = []
         for key in keys:
             i = key - base
@@ -265,7 +285,7 @@ class RecomputeClassifier:
                     tier = held & 0xFF
                     break
             else:
-                tier = spill.get(key, 0)
+                tier = _spilled_tier(spill.get(key, 0), owner)
             out.append(tier)
         return out
 
@@ -315,4 +335,27 @@ class RecomputeClassifier:
 
     def state_bytes(self) -> int:
         """Memory held by the record (the dense maps' arrays; 100 bytes a key for dicts)."""
-        return sum(layer.state_bytes() for layer in self._layers) + 100 * sum(len(d) for d in self._spill.values())
+        return sum(layer.state_bytes() for layer in self._layers) + 100 * len(self._spill)
+
+
+def _with_code(packed: int, owner: int, code: int) -> int:
+    """A spilled key's packed codes with ``owner``'s code set to ``code`` (replaced if ``owner``
+    had one, appended otherwise)."""
+    shift = 0
+    rest = packed
+    while rest:
+        if (rest & _SPILL_CODE_MASK) >> _TIER_BITS == owner:
+            return packed & ~(_SPILL_CODE_MASK << shift) | (code << shift)
+        rest >>= _SPILL_CODE_BITS
+        shift += _SPILL_CODE_BITS
+    return packed | (code << shift)
+
+
+def _spilled_tier(packed: int, owner: int) -> int:
+    """1 + the tier ``owner`` lost a spilled key from (its code in ``packed``), or 0."""
+    while packed:
+        held = packed & _SPILL_CODE_MASK
+        if held >> _TIER_BITS == owner:
+            return held & 0xFF
+        packed >>= _SPILL_CODE_BITS
+    return 0
