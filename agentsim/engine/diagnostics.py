@@ -15,7 +15,9 @@ Added to every run's ``summary.json`` (and the printed table) by the engine:
   the block's last access) of the blocks HBM evicted for capacity; ``..._mean_s`` the mean. This
   is the measured counterpart of Che's approximation: under LRU a block survives about T_C
   after its last use, so a TTL ``tau`` can only fire when ``tau < T_C`` (plus, for
-  TTL-pins, the time a block spends pinned). NaN when nothing was evicted for capacity.
+  TTL-pins, the time a block spends pinned). NaN when nothing was evicted for capacity. Exact
+  up to :data:`EXACT_EVICTIONS` capacity evictions per tier and instance; a longer run folds the
+  earlier ones into a log-binned histogram (the median then within 0.05%, mean and max exact).
   ``characteristic_eviction_time_max_s`` is the largest such age; ``max_pin_s`` the longest time
   a block was held unevictable (an in-flight request from admission to finish, or a TTL-pin).
 * ``regime_by_tier`` (:mod:`agentsim.engine.regimes`): each cache tier's regime from its own

@@ -20,14 +20,17 @@ Memory: what a cache lost is kept per block key as a code (the instance that los
 tier) in up to :data:`DENSE_LAYERS` maps dense over the key allocator's ids
 (:class:`~agentsim.cache.key_map.DenseKeyMap`, 2 bytes a key of their span with up to 255
 instances, 4 with more: the first instance
-that lost the key, the second, ...), plus a dict per further instance for keys lost on more
-instances than that (shared prefixes). A dict from key to code cost about 100 bytes a key, and
-a rack's sessions move between instances often enough that a second owner is common. Removals by a history rewrite are not kept (a rewritten
-key never recurs; the rewrite's positions say what was invalidated), and the keys a rewrite
-replaced and an ended agent's private keys are forgotten (:meth:`RecomputeClassifier.forget`:
-no later call can send them; their spilled records go at the next purge), and removals of keys
-already dead at the last purge are not recorded, so the record holds the lost keys of live
-agents (and a few dead ones until the next purge) and stays flat over a long run. Nothing is
+that lost the key, the second, ...), plus one dict for keys lost on more instances than that
+(shared prefixes, sessions that moved often): key -> the further owners' codes packed into one
+int. A dict from key to code cost about 100 bytes a key, and a rack's sessions move between
+instances often enough that a second owner is common. Removals by a history rewrite are not
+kept (a rewritten key never recurs; the rewrite's positions say what was invalidated). The keys
+a rewrite replaced and an ended agent's private keys are forgotten
+(:meth:`RecomputeClassifier.forget`: no later call can send them): their records go, every
+owner's, and the first layer marks them so that their later losses (lower tiers evict an ended
+agent's blocks for hours) are not recorded again; removals of keys already dead at the last
+purge are not recorded either. So the record holds the lost keys of live agents and stays flat
+over a long run. Nothing is
 stored on the hit path: the hooks run on removals (the policies' ``on_remove``), once per
 finished request and once per finished agent.
 """
