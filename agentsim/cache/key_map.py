@@ -40,6 +40,13 @@ _REBASE_MIN = 1 << 16
 _REBASE_MOVES = 4096
 
 
+def _as_int64(keys) -> np.ndarray:
+    """``keys`` (an ``array('q')``, read in place, or a sequence of ints) as an int64 array."""
+    if isinstance(keys, array) and keys.typecode == "q":
+        return np.frombuffer(keys, dtype=np.int64)
+    return np.asarray(keys, dtype=np.int64)
+
+
 class DenseKeyMap:
     """``key -> value`` (positive int), an ``array('I')`` over a span of keys plus a dict beyond it."""
 
@@ -94,10 +101,7 @@ class DenseKeyMap:
                     and self._rebase()):
                 self.set(key, value)      # the span moved up: place the key again
                 return
-            grown = size + (size >> _GROWTH_SHIFT)
-            values.frombytes(bytes(values.itemsize * (max(grown, i + 1, 1024) - size)))
-            if self.far:
-                self._absorb_far()
+            self._grow_to(i + 1)
             if not values[i]:
                 self.count += 1
             values[i] = value
@@ -124,6 +128,15 @@ class DenseKeyMap:
         del values[:cut]
         self.base = base + cut
         return True
+
+    def _grow_to(self, slots: int) -> None:
+        """Extend the span to at least ``slots`` slots, and by at least a quarter (amortised O(1)
+        appends); the dict's keys it now covers move into the array."""
+        values = self.values
+        size = len(values)
+        values.frombytes(bytes(values.itemsize * (max(size + (size >> _GROWTH_SHIFT), slots, 1024) - size)))
+        if self.far:
+            self._absorb_far()
 
     def _absorb_far(self) -> None:
         """Move the dict's keys that the grown span now covers into the array."""
@@ -154,10 +167,7 @@ class DenseKeyMap:
         that moved the start there holds them dead). One vectorised pass, as :meth:`pop_many`."""
         if not len(keys):
             return
-        if isinstance(keys, array) and keys.typecode == "q":
-            wanted = np.frombuffer(keys, dtype=np.int64)
-        else:
-            wanted = np.asarray(keys, dtype=np.int64)
+        wanted = _as_int64(keys)
         offsets = wanted - self.base
         offsets = offsets[offsets >= 0]
         if not len(offsets):
@@ -175,10 +185,7 @@ class DenseKeyMap:
                 return
         end = int(offsets.max()) + 1
         if end > size:
-            grown = max(end, size + (size >> _GROWTH_SHIFT), 1024)
-            values.frombytes(bytes(values.itemsize * (grown - size)))
-            if self.far:
-                self._absorb_far()
+            self._grow_to(end)
         view = np.frombuffer(values, dtype=np.dtype(values.typecode))
         slots = np.unique(offsets)
         self.count += int(np.count_nonzero(view[slots] == 0))
@@ -191,10 +198,7 @@ class DenseKeyMap:
         dense span (an ended agent forgets thousands of keys at once), a dict pop per far key."""
         if not len(keys):
             return []
-        if isinstance(keys, array) and keys.typecode == "q":
-            wanted = np.frombuffer(keys, dtype=np.int64)
-        else:
-            wanted = np.asarray(keys, dtype=np.int64)
+        wanted = _as_int64(keys)
         values = self.values
         offsets = wanted - self.base
         inside = (offsets >= 0) & (offsets < len(values))

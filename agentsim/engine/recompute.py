@@ -55,7 +55,7 @@ _FORGOTTEN = (1 << _TIER_BITS) - 1
 _SPILL_CODE_BITS = 32
 _SPILL_CODE_MASK = (1 << _SPILL_CODE_BITS) - 1
 #: Dense maps of loss codes (the first, second, ... instance to lose a key); owners beyond them
-#: go to a dict per instance.
+#: go to one dict (``RecomputeClassifier._spill``).
 DENSE_LAYERS = 3
 #: Key arrays at least this long take the vectorised first-layer pass (:meth:`RecomputeClassifier.
 #: _record_in_span`); below it numpy's per-call overhead exceeds the per-key loop's cost.
@@ -251,7 +251,7 @@ class RecomputeClassifier:
         if not first.count:
             return
         first.fill_many(keys, _FORGOTTEN)
-        popped = ()
+        popped = ()                      # the keys the last layer held
         for layer in later:
             popped = layer.pop_many(keys)
         if self._spill and len(later) == DENSE_LAYERS - 1:
