@@ -8,7 +8,10 @@ benchmark harnesses, told apart by ``silicon_data_source``:
   ``--synthetic-input-tokens-stddev 0 --output-tokens-stddev 0``, ``min_tokens = max_tokens =
   osl`` and ``ignore_eos`` (or SGLang's ``bench_serving`` with ``--random-range-ratio 1``): every
   request has exactly ``isl`` input and ``osl`` output tokens. ``--warmup-request-count 2c``
-  requests run first, then ``--request-count 10c`` are measured (``c`` = concurrency).
+  requests run first, then ``--request-count 10c`` are measured (``c`` = concurrency). It
+  generates ``--num-dataset-entries 12c`` prompts, and aiperf (0.3.0 and later, the releases of
+  the harness's last months) draws them without replacement by default (``SHUFFLE``), so no
+  prompt is sent twice and a prefix cache never hits.
 * **InferenceX's sweep** (every other row: the 1k/1k, 1k/8k and 8k/1k shapes, engine images by
   tag). ``benchmarks/benchmark_lib.sh`` runs ``utils/bench_serving/benchmark_serving.py
   --dataset-name random --random-range-ratio 0.8 --ignore-eos --num-prompts 10c

@@ -7,7 +7,7 @@ output tokens; the prediction is the mean TTFT and TPOT over the first ``10 x cl
 requests, the initial burst included, the means the client reports. An InferenceX row's SGLang
 server gets its recipe's scheduling flags (:mod:`.benchmark_recipes`), and every engine the
 KV-cache type its recipe set (:mod:`.recipe_kv_cache`); an aiconfigurator eval-harness
-TensorRT-LLM row gets the step budget aiconfigurator's generator wrote (:mod:`.aic_generator`).
+TensorRT-LLM or vLLM (0.12 on) row gets the step budget aiconfigurator's generator wrote (:mod:`.aic_generator`).
 Every request's lengths are drawn as the row's client drew them (uniformly from ``[0.8 L, L]``
 for InferenceX rows, exactly ``L`` for aiconfigurator's eval harness); ``client_lengths=False``
 gives every request exactly ``L`` (clients in lock-step), see docs/validation.md.
