@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from agentsim.errors import InputError
+from agentsim.parquet_out import write_parquet
 from agentsim.result_files import read_json_object, read_table
 from agentsim.run_directory import StagedDirectory, check_out_dir
 
@@ -64,7 +65,7 @@ def write_run_files(result, directory: str | Path, scenario_yaml: str | None = N
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     for name, table in result.tables.items():
-        table.to_parquet(out / f"{name}.parquet", index=False, engine="pyarrow")
+        write_parquet(table, out / f"{name}.parquet")
     if result.scenario is not None:
         text = scenario_yaml if scenario_yaml is not None else scenario_to_yaml(result.scenario)
         (out / "scenario.resolved.yaml").write_bytes(text.encode())

@@ -19,6 +19,8 @@ from typing import Any
 
 import pandas as pd
 
+from agentsim.parquet_out import write_parquet
+
 
 def scenario_key(scenario_data: dict) -> str:
     """Content address of a resolved scenario, seed excluded: equal keys => equal configuration.
@@ -74,7 +76,7 @@ def execute_run(task: RunTask) -> RunOutcome:
         tables = {}
         for name, table in result.tables.items():
             buffer = io.BytesIO()
-            table.to_parquet(buffer, index=False, engine="pyarrow")
+            write_parquet(table, buffer)
             tables[name] = buffer.getvalue()
         return RunOutcome(cell_id=task.cell_id, seed=task.seed, summary=_plain(result.summary), tables_parquet=tables,
                           scenario_yaml=scenario_to_yaml(scenario), worker_wall_s=time.perf_counter() - started)
