@@ -111,6 +111,7 @@ def test_eval_rows_get_the_step_budget_aiconfigurators_generator_wrote():
     # vLLM: the same rule, passed to the engine from January 2026, when its 0.12.0 rows ran.
     assert generator_serving({**row, "backend": "vllm", "backend_version": "0.12.0"}) == {"max_num_batched_tokens": 32 + 1024 + 1500}
     assert generator_serving({**row, "backend": "vllm", "backend_version": "0.11.2"}) == {}   # before the flag
+    assert generator_serving({**row, "backend": "vllm", "backend_version": float("nan")}) == {}   # undated
     assert generator_serving({**row, "backend": "sglang", "backend_version": "0.5.8.post1"}) == {}
     assert generator_serving({**row, "mode": "disagg"}) == {}
     assert generator_serving({**row, "silicon_data_source": "db-dump/2026-04-27; config_id=1"}) == {}

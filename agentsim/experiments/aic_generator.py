@@ -40,6 +40,8 @@ prefix.
 
 from __future__ import annotations
 
+from packaging.version import InvalidVersion, Version
+
 from agentsim.experiments.benchmark_clients import FIXED_LENGTHS, client_protocol
 
 #: Tokens the generator adds to ``max_batch_size + isl`` for an aggregated worker's step budget.
@@ -47,7 +49,7 @@ HEADROOM_TOKENS = 1500
 #: Engines whose step budget the generator's configurations are known to have set.
 ENGINES = frozenset({"trtllm", "vllm"})
 #: First vLLM version whose eval rows ran with the generator's budget (see the module docstring).
-VLLM_FROM_VERSION = (0, 12)
+VLLM_FROM_VERSION = Version("0.12")
 
 
 def generator_serving(row: dict) -> dict:
@@ -59,24 +61,18 @@ def generator_serving(row: dict) -> dict:
     backend = str(row.get("backend") or "").strip()
     if backend not in ENGINES:
         return {}
-    if backend == "vllm" and _version(row.get("backend_version")) < VLLM_FROM_VERSION:
-        return {}
+    if backend == "vllm":
+        version = _version(row.get("backend_version"))
+        if version is None or version < VLLM_FROM_VERSION:
+            return {}
     batch = int(float(row.get("batch_size") or 1))
     return {"max_num_batched_tokens": batch + int(row["isl"]) + HEADROOM_TOKENS}
 
 
-def _version(text) -> tuple[int, ...]:
-    """The leading numeric fields of a version string (``"0.12.0"`` -> (0, 12, 0); () if none)."""
-    fields = []
-    for part in str(text or "").strip().split("."):
-        digits = ""
-        for char in part:
-            if not char.isdigit():
-                break
-            digits += char
-        if not digits:
-            break
-        fields.append(int(digits))
-        if digits != part:
-            break
-    return tuple(fields)
+def _version(text) -> Version | None:
+    """``text`` as a version (``"0.12.0"``, ``"1.1.0rc2.post2"``); None if it is not one (an
+    empty or ``nan`` cell)."""
+    try:
+        return Version(str(text or "").strip())
+    except InvalidVersion:
+        return None
