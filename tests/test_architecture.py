@@ -17,10 +17,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agentsim"
 
 # Lowest first. The shared helpers (errors, YAML text, bounded input files, validated result
 # files and their row-group writer, staged run directories, the packaged examples' location) sit
-# below config; the plugin
-# registry reads parameter units from config; metrics and results (typed records and summaries)
-# sit below the cache so that the engine can fill them; plots and the report are presentation
-# (sweep figures use experiments/ statistics).
+# below config; the plugin registry reads parameter units from config; metrics and results (typed
+# records and summaries) sit below the cache so that the engine can fill them; plots and the
+# report are presentation (sweep figures use experiments/ statistics).
 LAYERS: list[set[str]] = [
     {"agentsim", "errors", "yaml_text", "input_files", "result_files", "parquet_out", "run_directory", "examples"},
     {"config"},

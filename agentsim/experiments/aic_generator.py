@@ -29,8 +29,7 @@ to room for one prompt beside every decoding request, rather than the engine's d
   1.09 on Qwen3-32B / H100). It is applied to vLLM 0.12 and later (:data:`VLLM_FROM_VERSION`).
 
 Not applied to SGLang: its rules give ``max_prefill_tokens = isl + 1500`` and
-``enable_mixed_chunk`` for aggregated workers, which the
-SGLang rows do not behave as (Llama-3.1-8B on one H200 node at 352 clients of 1,000 + 100 tokens,
+``enable_mixed_chunk`` for aggregated workers, which the SGLang rows do not behave as (Llama-3.1-8B on one H200 node at 352 clients of 1,000 + 100 tokens,
 SGLang 0.5.6: 812 ms of TTFT and 33 ms of TPOT, 86 prompts a second, which a 2,500-token prefill
 budget per 35 ms step cannot admit; emulated so, 2.02 s), and the rows of SGLang 0.5.1 predate
 its SGLang support. The same templates turn TensorRT-LLM's KV block reuse off
