@@ -180,7 +180,8 @@ def test_check_timing_sample_in_json(tmp_path: Path):
     out = json.loads(result.stdout)
     frame = read_rows(SAMPLE)
     assert [r["id"] for r in out["rows"]] == frame["id"].tolist()
-    assert all(set(r) == {"id", "predicted_ttft_ms", "predicted_tpot_ms", "skipped", "pools"} for r in out["rows"])
+    assert all(set(r) == {"id", "predicted_ttft_ms", "predicted_tpot_ms", "skipped", "pools", "draft_tokens"}
+               for r in out["rows"])
     by_id = {r["id"]: r for r in out["rows"]}
     for row in frame.to_dict("records"):
         got = by_id[row["id"]]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentsim.cluster.serving.recv_interval import RecvInterval
+from agentsim.cluster.serving.batch_wait import BatchWait
+from agentsim.cluster.serving.recv_interval import RecvInterval, adp_balance, receive_gate
 from agentsim.engine.loading import scenario_from_dict
 from agentsim.engine.simulation import run_scenario
 from agentsim.errors import InputError
@@ -72,3 +73,23 @@ def test_the_interval_is_an_sglang_option():
     data["serving"] = {**data["serving"], "engine": "vllm"}
     with pytest.raises(InputError, match="scheduler_recv_interval"):
         scenario_from_dict(data, source="test")
+
+
+def test_with_mtp_the_gates_count_engine_iterations_not_output_tokens():
+    # SGLang counts receive intervals (and TensorRT-LLM its balancing and batch-wait timeouts) in
+    # engine iterations; an instance steps one output token at a time, and an MTP iteration with
+    # 3 draft tokens emits 1 + 0.85 + 0.85 x 0.3 = 2.105 of them.
+    data = _sglang_scenario(30)
+    plain = receive_gate(scenario_from_dict(data, source="test").serving)
+    data["serving"] = {**data["serving"], "speculative_decoding": {"draft_tokens": 3}}
+    mtp = receive_gate(scenario_from_dict(data, source="test").serving)
+    assert plain.interval_steps == 30 and mtp.interval_steps == round(30 * 2.105) == 63
+    balance = adp_balance(60, 4, steps_per_iteration=2.105)
+    assert balance.interval_steps == 126 and balance.prefill_steps == 2
+    balance.on_prefill_iteration()
+    assert balance.counter == 2          # a prefill iteration is one iteration: two token steps
+    wait = BatchWait(40, 0.8, 8192, prefill_steps=2)
+    wait.unreceived.append(object())
+    wait._count_from = 0
+    wait.on_prefill_iteration()
+    assert wait.held == 2

@@ -3,7 +3,7 @@
 Every row of a file in the format of ``measured_runs.csv`` is emulated through the simulator
 (:mod:`agentsim.experiments.timing_check`); the command prints each row's prediction and error
 factor, then the error table per (system, backend, mode). ``--json`` prints
-``{"rows": [{"id", "predicted_ttft_ms", "predicted_tpot_ms", "skipped", "pools"}], "summary": {...}}``.
+``{"rows": [{"id", "predicted_ttft_ms", "predicted_tpot_ms", "skipped", "pools", "draft_tokens"}], "summary": {...}}``.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from agentsim.engine.loading import scenario_from_dict
 from agentsim.engine.simulation import run_scenario
 from agentsim.errors import InputError
 from agentsim.config.disaggregation import pool_scenario
+from agentsim.experiments.agg_recipes import recipe_speculation
 from agentsim.experiments.aic_generator import generator_serving
 from agentsim.experiments.benchmark_clients import ClientProtocol, client_protocol, length_spec
 from agentsim.experiments.benchmark_recipes import recipe_serving, server_prefix_caching
@@ -65,6 +66,9 @@ class RowResult:
     #: InferenceX recipe it ran; ``recipe, MTP``: only recipes with MTP fit, emulated with it;
     #: ``recipe, ambiguous``: a recipe with and one without MTP fit).
     pools: str | None = None
+    #: Aggregated InferenceX rows that only MTP entries fit (:mod:`.agg_recipes`): the draft
+    #: tokens they are emulated with (None: one token per step).
+    draft_tokens: int | None = None
     #: Simulated requests the prediction is the mean of.
     measured_requests: int | None = None
 
@@ -78,7 +82,8 @@ class RowResult:
 
     def as_json(self) -> dict:
         return {"id": self.id, "predicted_ttft_ms": self.predicted_ttft_ms,
-                "predicted_tpot_ms": self.predicted_tpot_ms, "skipped": self.skipped, "pools": self.pools}
+                "predicted_tpot_ms": self.predicted_tpot_ms, "skipped": self.skipped, "pools": self.pools,
+                "draft_tokens": self.draft_tokens}
 
 
 def error_factor(predicted: float | None, measured: float | None) -> float | None:
@@ -188,6 +193,10 @@ def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: b
         recipe = recipe_serving(row, serving["max_num_seqs"], serving["parallelism"]["tp"],
                                 serving["parallelism"].get("attention_dp", 1))
         recipe.update(generator_serving(row))   # aiconfigurator's eval rows: its generator's limits
+        speculation = recipe_speculation(row, clients)
+        if speculation is not None:  # only InferenceX entries with MTP fit the row: it ran MTP
+            recipe["speculative_decoding"] = {"draft_tokens": speculation["draft_tokens"]}
+            result.draft_tokens = speculation["draft_tokens"]
         kv_cache = recipe_kv_cache(row)
         if kv_cache is not None:  # the KV-cache type it set (its capacity, its decode reads)
             recipe["precision"] = {**serving.get("precision", {}), "kv_cache": kv_cache}

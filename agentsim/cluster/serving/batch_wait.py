@@ -25,15 +25,18 @@ from collections import deque
 class BatchWait:
     """The batch-waiting count of one instance and the requests it holds."""
 
-    def __init__(self, timeout_iters: int, max_tokens_ratio: float, budget_tokens: int):
-        """``timeout_iters``: most iterations held (T); ``max_tokens_ratio``: the share (R) of
-        the iteration's token budget ``budget_tokens`` (``max_num_tokens``) that releases them
-        earlier."""
+    def __init__(self, timeout_iters: int, max_tokens_ratio: float, budget_tokens: int, prefill_steps: int = 1):
+        """``timeout_iters``: most iterations held (T), in decode steps (an instance's steps are
+        output tokens: :func:`agentsim.cluster.serving.recv_interval.receive_gate` converts);
+        ``max_tokens_ratio``: the share (R) of the iteration's token budget ``budget_tokens``
+        (``max_num_tokens``) that releases them earlier; ``prefill_steps``: the steps one
+        prefill iteration counts as."""
         if timeout_iters < 1:
             raise ValueError(f"batch wait timeout must be at least 1 iteration, got {timeout_iters}")
         if not 0 < max_tokens_ratio <= 1:
             raise ValueError(f"batch wait token ratio must be in (0, 1], got {max_tokens_ratio}")
         self.timeout_iters = timeout_iters
+        self.prefill_steps = prefill_steps
         self.release_tokens = max_tokens_ratio * budget_tokens
         #: Iterations the requests have been held since the last release.
         self.held = 0
@@ -57,7 +60,7 @@ class BatchWait:
     def on_prefill_iteration(self) -> None:
         """An iteration with prefill chunks of requests already running ran: a held iteration
         for the requests waiting."""
-        self.on_decode_steps(1)
+        self.on_decode_steps(self.prefill_steps)
 
     def on_decode_steps(self, steps: int) -> None:
         """``steps`` iterations ran; those after holding began count (a stretch never runs past

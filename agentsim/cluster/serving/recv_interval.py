@@ -21,6 +21,15 @@ a rank's context requests from stalling the others' decode steps one prefill at 
 :class:`RecvInterval` keeps the counter for one instance; N = 1 (the engine default) receives
 every request at once, as an instance without it does. :func:`adp_balance` builds the
 TensorRT-LLM variant.
+
+Both engines count engine iterations, while an instance counts its decode steps in output tokens.
+Without speculative decoding the two are the same. With multi-token prediction one iteration
+emits ``1 + E`` tokens a sequence (``serving.speculative_decoding``,
+:mod:`agentsim.hardware.timing.speculative`), so :func:`receive_gate` sets a gate of N iterations
+to ``round(N x (1 + E))`` steps, and a prefill iteration counts ``round(1 + E)`` steps. Counted in
+tokens, an SGLang receive interval of 30 iterations with 3 draft tokens (2.1 tokens an iteration)
+is 63 steps: 30 would receive new requests twice as often as the engine does (on 68 SGLang rows
+of InferenceX that ran MTP, TTFT error median 1.77 with 30 steps, 1.26 with 63; docs/validation.md).
 """
 
 from __future__ import annotations
@@ -28,20 +37,23 @@ from __future__ import annotations
 from collections import deque
 
 from agentsim.cluster.serving.batch_wait import BatchWait
+from agentsim.hardware.timing.speculative import accepted_per_iteration
 
 
 class RecvInterval:
     """The receive counter of one instance and the requests not yet received."""
 
     def __init__(self, interval_steps: int, release_at: int = 0, min_running: int = 1,
-                 reset_on_prefill: bool = True):
+                 reset_on_prefill: bool = True, prefill_steps: int = 1):
         """``release_at``: receive at once when this many requests wait (0: never early);
         ``min_running``: receive at once while fewer requests run (1: when idle);
         ``reset_on_prefill``: a prefill iteration makes the next loop a receive point (SGLang's
-        weight of 1000), else it counts as one step like a decode step (TensorRT-LLM)."""
+        weight of 1000), else it counts as ``prefill_steps`` decode steps (TensorRT-LLM: one
+        iteration)."""
         if interval_steps < 1:
             raise ValueError(f"receive interval must be at least 1 step, got {interval_steps}")
         self.interval_steps = interval_steps
+        self.prefill_steps = prefill_steps
         self.release_at = release_at
         self.min_running = min_running
         self.reset_on_prefill = reset_on_prefill
@@ -56,9 +68,9 @@ class RecvInterval:
 
     def on_prefill_iteration(self) -> None:
         """A prefill batch ran: its weight (1000) passes any interval, so the next loop receives
-        (SGLang); or it counts as one step (TensorRT-LLM's balancing)."""
+        (SGLang); or it counts as one iteration (TensorRT-LLM's balancing)."""
         if not self.reset_on_prefill:
-            self.on_decode_steps(1)
+            self.on_decode_steps(self.prefill_steps)
             return
         self.counter = 0
         self.due = True
@@ -96,11 +108,26 @@ class RecvInterval:
         return received
 
 
-def adp_balance(timeout_iters: int, attention_dp: int) -> RecvInterval:
+def adp_balance(timeout_iters: int, attention_dp: int, steps_per_iteration: float = 1.0) -> RecvInterval:
     """TensorRT-LLM's attention-DP balancing for ``attention_dp`` ranks: context requests wait
-    until one per rank waits, at most ``timeout_iters`` iterations, at once while a rank has no
-    generation request."""
-    return RecvInterval(timeout_iters, release_at=attention_dp, min_running=attention_dp, reset_on_prefill=False)
+    until one per rank waits, at most ``timeout_iters`` iterations (of ``steps_per_iteration``
+    decode steps each), at once while a rank has no generation request."""
+    return RecvInterval(_steps(timeout_iters, steps_per_iteration), release_at=attention_dp,
+                        min_running=attention_dp, reset_on_prefill=False,
+                        prefill_steps=_steps(1, steps_per_iteration))
+
+
+def steps_per_iteration(serving) -> float:
+    """Decode steps (output tokens a sequence) one engine iteration of ``serving`` advances:
+    ``1 + E`` with multi-token prediction, else 1."""
+    spec = serving.speculative_decoding
+    if spec is None:
+        return 1.0
+    return 1.0 + accepted_per_iteration(spec.draft_tokens, spec.accept_rates)
+
+
+def _steps(iterations: int, per_iteration: float) -> int:
+    return max(1, round(iterations * per_iteration))
 
 
 def receive_gate(serving, prefills: bool = True) -> RecvInterval | BatchWait | None:
@@ -111,11 +138,12 @@ def receive_gate(serving, prefills: bool = True) -> RecvInterval | BatchWait | N
     applies it: :mod:`.batch_wait`), else SGLang's receive interval (``scheduler_recv_interval``
     above 1), else None (every request received at once)."""
     dp = serving.parallelism.attention_dp
+    per_iteration = steps_per_iteration(serving)   # the gates count iterations, an instance tokens
     if serving.adp_balance_timeout_iters and dp > 1 and prefills:
-        return adp_balance(serving.adp_balance_timeout_iters, dp)
+        return adp_balance(serving.adp_balance_timeout_iters, dp, per_iteration)
     if serving.batch_wait_timeout_iters and dp == 1 and prefills:
-        return BatchWait(serving.batch_wait_timeout_iters, serving.batch_wait_max_tokens_ratio,
-                         serving.instance_batch_tokens())
+        return BatchWait(_steps(serving.batch_wait_timeout_iters, per_iteration), serving.batch_wait_max_tokens_ratio,
+                         serving.instance_batch_tokens(), prefill_steps=_steps(1, per_iteration))
     if serving.scheduler_recv_interval > 1:
-        return RecvInterval(serving.scheduler_recv_interval)
+        return RecvInterval(_steps(serving.scheduler_recv_interval, per_iteration))
     return None
