@@ -41,7 +41,7 @@ from array import array
 
 import numpy as np
 
-from agentsim.cache.key_map import DenseKeyMap
+from agentsim.cache.key_map import DenseKeyMap, distinct
 
 #: A loss record: ``(instance + 1) << 8 | 1 + tier index`` (one int per key).
 _TIER_BITS = 8
@@ -226,7 +226,7 @@ class RecomputeClassifier:
         view[wanted[settable]] = code
         if unset.any():
             # Slots newly set, each once (a removal may name a key twice).
-            first.count += int(np.unique(wanted[unset]).size)
+            first.count += int(distinct(wanted[unset]).size)
         del view                                  # the array cannot grow while exported
         left = ~settable & (held != _FORGOTTEN)
         if not left.any():
