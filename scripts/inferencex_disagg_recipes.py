@@ -6,7 +6,8 @@ but drops the worker counts and attention-DP flags. InferenceX's ``nvidia-master
 ``search-space`` entry per deployment: prefill and decode ``num-worker``, ``tp``, ``ep``,
 ``dp-attn``, ``spec-decoding``, the ``conc-list`` it was run at) defines them. This script reads
 every version of that file in a clone of https://github.com/SemiAnalysisAI/InferenceX and writes
-one CSV row per (version, deployment, concurrency) to ``agentsim/data/inferencex_disagg_recipes.csv``.
+one CSV row per (deployment, container image, concurrency), from the first version that has it, to
+``agentsim/data/inferencex_disagg_recipes.csv``.
 
     python scripts/inferencex_disagg_recipes.py PATH/TO/InferenceX [--until 2026-04-27]
 """
@@ -24,7 +25,7 @@ import yaml
 
 CONFIG = ".github/configs/nvidia-master.yaml"
 OUT = Path(__file__).resolve().parents[1] / "agentsim" / "data" / "inferencex_disagg_recipes.csv"
-COLUMNS = ["commit", "date", "config", "model_prefix", "precision", "runner", "framework", "isl", "osl",
+COLUMNS = ["commit", "date", "config", "image", "model_prefix", "precision", "runner", "framework", "isl", "osl",
            "concurrency", "spec_decoding", "prefill_workers", "prefill_tp", "prefill_ep", "prefill_dp_attn",
            "decode_workers", "decode_tp", "decode_ep", "decode_dp_attn", "decode_batch", "recipe"]
 _BATCH = re.compile(r"batch(\d+)")
@@ -48,7 +49,9 @@ def _rows(commit: str, date: str, text: str):
                 recipe = re.search(r"CONFIG_FILE=(\S+)", settings)
                 batch = _BATCH.search(recipe.group(1).rsplit("/", 1)[-1]) if recipe else None
                 for conc in space.get("conc-list") or []:
-                    yield {"commit": commit, "date": date, "config": name, "model_prefix": entry.get("model-prefix"),
+                    # enroot's "nvcr.io#nvidia/..." names the same image as "nvcr.io/nvidia/...".
+                    yield {"commit": commit, "date": date, "config": name,
+                           "image": str(entry.get("image") or "").replace("#", "/"), "model_prefix": entry.get("model-prefix"),
                            "precision": entry.get("precision"), "runner": entry.get("runner"),
                            "framework": entry.get("framework"), "isl": seq.get("isl"), "osl": seq.get("osl"),
                            "concurrency": conc, "spec_decoding": space.get("spec-decoding", "none"),

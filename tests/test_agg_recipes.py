@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from agentsim.experiments.agg_recipes import fitting_entries, recipe_speculation, row_image
+from agentsim.experiments.agg_recipes import fitting_entries, recipe_speculation
+from agentsim.experiments.benchmark_recipes import row_image
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "inferencex_agg_recipes.py"
 

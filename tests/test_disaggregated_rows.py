@@ -245,6 +245,25 @@ def test_a_row_only_mtp_recipes_fit_is_built_with_their_mtp_depth():
     assert draft_tokens("ctx1_gen8_tp8_batch1_eplb0_mtp3_10.yaml") == 3
 
 
+def test_the_image_a_row_names_picks_between_mtp_and_plain_runs_of_a_deployment():
+    """DeepSeek-R1 FP4 on B200 with SGLang, 16 clients of 8k/1k, prefill TP 4 and decode TP 8:
+    in February 2026 InferenceX ran that deployment with MTP on ``v0.5.8.post1-cu130`` and
+    without on another image; a row that names the MTP image ran MTP, a row naming none is
+    ambiguous between them."""
+    from agentsim.experiments.disagg_recipes import recipe_pools
+
+    row = {"id": "r", "backend": "sglang", "system": "b200_sxm", "precision": "fp4", "mode": "disagg",
+           "model_path": "deepseek-ai/DeepSeek-R1", "isl": 8192, "osl": 1024,
+           "prefill_tp_size": 4.0, "prefill_moe_ep_size": 1.0, "decode_tp_size": 8.0,
+           "silicon_data_source": "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=16; "
+                                  "measured=2026-02-11T22:38:20Z; wip=False; image=lmsysorg/sglang:v0.5.8.post1-cu130"}
+    _, _, named = recipe_pools(row, 16)
+    assert named["draft_tokens"] is not None and not named["ambiguous"]
+    unnamed = {**row, "silicon_data_source": row["silicon_data_source"].rsplit("; image=", 1)[0]}
+    _, _, either = recipe_pools(unnamed, 16)
+    assert either["draft_tokens"] is None and either["ambiguous"]
+
+
 def test_rows_no_recipe_emulates_are_skipped_with_the_reason():
     # Both pools "tp 52" with no expert split: a deployment's size, not a worker's.
     whole = {**RECIPE_ROW, "system": "gb200", "isl": 8192, "prefill_tp_size": 52.0, "prefill_moe_ep_size": 1.0,

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import io
 import math
-import re
 from functools import lru_cache
 from importlib import resources
 
 import pandas as pd
 
 from agentsim.experiments.benchmark_clients import INFERENCEX, client_protocol
-from agentsim.experiments.benchmark_recipes import measured_date
+from agentsim.experiments.benchmark_recipes import measured_date, row_image
 
 #: InferenceX runner name (before ``-trt``, ``-nvs``, ...) -> the rows' ``system``.
 _SYSTEMS = {"b200": "b200_sxm", "b300": "b300_sxm", "h200": "h200_sxm", "h100": "h100_sxm",
@@ -46,7 +45,6 @@ _PREFIXES = {"deepseek-r1": "dsr1", "deepseek-v3": "dsr1", "qwen3.5": "qwen3.5",
 #: MTP depth when the script an entry ran was not found: aiconfigurator's default for DeepSeek
 #: (as for the disaggregated rows, :data:`.disagg_recipes.DEFAULT_DRAFT_TOKENS`).
 DEFAULT_DRAFT_TOKENS = 1
-_IMAGE = re.compile(r"image=([^;\s]+)")
 
 
 @lru_cache(maxsize=1)
@@ -59,19 +57,6 @@ def recipes() -> pd.DataFrame:
     frame["backend"] = frame["framework"].map(_BACKENDS)
     frame["date"] = frame["date"].astype(str)
     return frame
-
-
-def row_image(row: dict) -> str | None:
-    """The container image a row names (``image=...``, or the database dump's last field, as
-    ``lmsysorg/sglang:v0.5.9-cu130``), enroot's ``nvcr.io#...`` written ``nvcr.io/...``; None if
-    it names none."""
-    source = str(row.get("silicon_data_source") or "")
-    found = _IMAGE.search(source)
-    image = found.group(1) if found else None
-    if image is None:
-        last = source.rsplit(";", 1)[-1].strip()
-        image = last if (":" in last and "/" in last and "=" not in last) else None
-    return image.replace("#", "/") if image else None
 
 
 def _number(value, default: float | None = None) -> float | None:

@@ -50,6 +50,7 @@ runs with ``cache.admission: no_prefix_cache`` when it did not).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from agentsim.experiments.benchmark_clients import INFERENCEX, client_protocol
@@ -142,6 +143,7 @@ TRTLLM_ADP_BALANCE_TIMEOUT_ITERS = {"deepseek-r1": 60, "deepseek-v3": 60, "gpt-o
 #: DeepSeek's TensorRT-LLM recipes floor their budget at 8192 from this date (InferenceX #258).
 TRTLLM_DEEPSEEK_FLOOR_FROM = "2026-01-21"
 _DEEPSEEK_FLOOR_TOKENS = 8192
+_IMAGE = re.compile(r"image=([^;\s]+)")
 
 
 def measured_date(row: dict) -> str | None:
@@ -149,6 +151,19 @@ def measured_date(row: dict) -> str | None:
     source = str(row.get("silicon_data_source") or "")
     at = source.find("measured=")
     return source[at + 9:at + 19] if at >= 0 else None
+
+
+def row_image(row: dict) -> str | None:
+    """The container image a row names (``image=...``, or the database dump's last field, as
+    ``lmsysorg/sglang:v0.5.9-cu130``), enroot's ``nvcr.io#...`` written ``nvcr.io/...``; None if
+    it names none."""
+    source = str(row.get("silicon_data_source") or "")
+    found = _IMAGE.search(source)
+    image = found.group(1) if found else None
+    if image is None:
+        last = source.rsplit(";", 1)[-1].strip()
+        image = last if (":" in last and "/" in last and "=" not in last) else None
+    return image.replace("#", "/") if image else None
 
 
 def _trtllm_tokens(row: dict, clients: int) -> int | None:

@@ -17,7 +17,9 @@ expert split and the decode pool's TP. When several versions or entries match, t
 on the row's ``measured=`` date is taken (else the first one after it: a run made before its
 recipe was merged). A row that matches only entries running speculative decoding
 (``spec-decoding: mtp``) is emulated with MTP (``serving.speculative_decoding``, its depth from the
-recipe file, :func:`draft_tokens`). A row that matches both an MTP entry and one without, or
+recipe file, :func:`draft_tokens`). Where the row names its container image and some fitting
+entry ran that image, only those entries count: MTP and plain runs of one deployment were often
+made on different images. A row that still matches both an MTP entry and one without, or
 several deployments of one version, is emulated as the first one without MTP and marked
 ``ambiguous``.
 
@@ -45,6 +47,8 @@ from functools import lru_cache
 from importlib import resources
 
 import pandas as pd
+
+from agentsim.experiments.benchmark_recipes import row_image
 
 #: InferenceX runner name (before ``-multinode``/``-slurm``) -> the rows' ``system``.
 _SYSTEMS = {"gb200": "gb200", "gb300": "gb300", "b200": "b200_sxm", "b300": "b300_sxm",
@@ -156,6 +160,13 @@ def recipe_pools(row: dict, clients: int) -> tuple[dict, dict, dict]:
         raise RecipeError("the matching InferenceX entries give no parallelism (tp 1 with attention DP, "
                           "the deployment was in their recipe files)")
     found = found[~placeholder]
+    # The entries of the image the row names, when any has it: InferenceX often benchmarks a
+    # deployment with and without MTP on different images (a run from a branch whose entry never
+    # reached the file names an image no entry has; then every fitting entry is kept).
+    image = row_image(row)
+    same_image = found[found["image"] == image] if image is not None else found.iloc[0:0]
+    if not same_image.empty:
+        found = same_image
     if found.empty:
         tp = key["prefill_tp"]
         if (tp is not None and tp >= 12 and tp == key["decode_tp"] and key["prefill_ep"] == 1
