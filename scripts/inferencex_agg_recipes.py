@@ -17,7 +17,6 @@ and writes one CSV row per distinct entry, from the first version that has it, t
 from __future__ import annotations
 
 import argparse
-import csv
 import re
 import subprocess
 import sys
@@ -25,7 +24,8 @@ from pathlib import Path
 
 import yaml
 
-CONFIG = ".github/configs/nvidia-master.yaml"
+from inferencex_history import git, write_entries
+
 OUT = Path(__file__).resolve().parents[1] / "agentsim" / "data" / "inferencex_agg_recipes.csv"
 COLUMNS = ["commit", "date", "config", "image", "model_prefix", "precision", "runner", "framework", "isl", "osl",
            "tp", "ep", "dp_attn", "conc_start", "conc_end", "conc_list", "spec_decoding", "draft_tokens"]
@@ -33,9 +33,6 @@ _SGLANG_STEPS = re.compile(r"(?:SPECULATIVE_NUM_STEPS=|--speculative-num-steps[ 
 _TRT_MTP = re.compile(r"^\s*MTP=(\d+)")
 _DP_BRANCH = re.compile(r"if\s+\[\[\s*\"?\$\{?DP_ATTENTION\}?\"?\s*==\s*\"?true\"?\s*\]\]")
 
-
-def _git(repo: str, *args: str) -> str:
-    return subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True, text=True).stdout
 
 
 def _script(repo: str, commit: str, entry: dict) -> str | None:
@@ -46,7 +43,7 @@ def _script(repo: str, commit: str, entry: dict) -> str | None:
     # Scripts moved to benchmarks/single_node in 2026; before, some carried a ``_slurm`` suffix.
     for path in (f"benchmarks/single_node/{name}", f"benchmarks/{name}", f"benchmarks/{name[:-3]}_slurm.sh"):
         try:
-            return _git(repo, "show", f"{commit}:{path}")
+            return git(repo, "show", f"{commit}:{path}")
         except subprocess.CalledProcessError:
             continue
     return None
@@ -107,27 +104,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("repo")
     parser.add_argument("--until", default="2026-04-27", help="last commit date (the measured-runs dump)")
     args = parser.parse_args(argv)
-    log = _git(args.repo, "log", "--format=%H %ad", "--date=short", "--", CONFIG).split("\n")
-    versions = [line.split() for line in log if line.strip() and line.split()[1] <= args.until]
-    seen, out = set(), []
-    for commit, date in reversed(versions):      # oldest first
-        try:
-            text = _git(args.repo, "show", f"{commit}:{CONFIG}")
-            rows = list(_rows(args.repo, commit[:12], date, text))
-        except (subprocess.CalledProcessError, yaml.YAMLError):
-            continue
-        for row in rows:
-            key = tuple(row[c] for c in COLUMNS[2:])
-            if key not in seen:                  # an entry is kept from the first version that has it
-                seen.add(key)
-                out.append(row)
-    with OUT.open("w", newline="") as handle:
-        handle.write("# InferenceX nvidia-master.yaml single-node search space (github.com/SemiAnalysisAI/InferenceX,\n"
-                     "# Apache-2.0), every version up to %s; written by scripts/inferencex_agg_recipes.py.\n" % args.until)
-        writer = csv.DictWriter(handle, COLUMNS)
-        writer.writeheader()
-        writer.writerows(out)
-    print(f"{len(out)} rows from {len(versions)} versions -> {OUT}")
+    write_entries(args.repo, args.until, lambda commit, date, text: _rows(args.repo, commit, date, text), COLUMNS, OUT,
+                  "InferenceX nvidia-master.yaml single-node search space (github.com/SemiAnalysisAI/InferenceX,\n"
+                  f"Apache-2.0), every version up to {args.until}; written by scripts/{Path(__file__).name}.")
     return 0
 
 

@@ -15,24 +15,20 @@ one CSV row per (deployment, container image, concurrency), from the first versi
 from __future__ import annotations
 
 import argparse
-import csv
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
-CONFIG = ".github/configs/nvidia-master.yaml"
+from inferencex_history import write_entries
+
 OUT = Path(__file__).resolve().parents[1] / "agentsim" / "data" / "inferencex_disagg_recipes.csv"
 COLUMNS = ["commit", "date", "config", "image", "model_prefix", "precision", "runner", "framework", "isl", "osl",
            "concurrency", "spec_decoding", "prefill_workers", "prefill_tp", "prefill_ep", "prefill_dp_attn",
            "decode_workers", "decode_tp", "decode_ep", "decode_dp_attn", "decode_batch", "recipe"]
 _BATCH = re.compile(r"batch(\d+)")
 
-
-def _git(repo: str, *args: str) -> str:
-    return subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True, text=True).stdout
 
 
 def _rows(commit: str, date: str, text: str):
@@ -68,30 +64,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("repo")
     parser.add_argument("--until", default="2026-04-27", help="last commit date (the measured-runs dump)")
     args = parser.parse_args(argv)
-    log = _git(args.repo, "log", "--format=%H %ad", "--date=short", "--", CONFIG).split("\n")
-    versions = [line.split() for line in log if line.strip() and line.split()[1] <= args.until]
-    seen, out = set(), []
-    for commit, date in reversed(versions):      # oldest first
-        try:
-            text = _git(args.repo, "show", f"{commit}:{CONFIG}")
-        except subprocess.CalledProcessError:
-            continue
-        try:
-            rows = list(_rows(commit[:12], date, text))
-        except yaml.YAMLError:
-            continue
-        for row in rows:
-            key = tuple(row[c] for c in COLUMNS[2:])
-            if key not in seen:                  # a deployment is kept from the first version that has it
-                seen.add(key)
-                out.append(row)
-    with OUT.open("w", newline="") as handle:
-        handle.write("# InferenceX nvidia-master.yaml disaggregated search space (github.com/SemiAnalysisAI/InferenceX,\n"
-                     "# Apache-2.0), every version up to %s; written by scripts/inferencex_disagg_recipes.py.\n" % args.until)
-        writer = csv.DictWriter(handle, COLUMNS)
-        writer.writeheader()
-        writer.writerows(out)
-    print(f"{len(out)} rows from {len(versions)} versions -> {OUT}")
+    write_entries(args.repo, args.until, _rows, COLUMNS, OUT,
+                  "InferenceX nvidia-master.yaml disaggregated search space (github.com/SemiAnalysisAI/InferenceX,\n"
+                  f"Apache-2.0), every version up to {args.until}; written by scripts/{Path(__file__).name}.")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 from agentsim.experiments.agg_recipes import fitting_entries, recipe_speculation
@@ -60,6 +61,7 @@ def test_images_are_read_from_both_export_formats():
 
 
 def _script_module():
+    sys.path.insert(0, str(SCRIPT.parent))        # the scripts import their shared module
     spec = importlib.util.spec_from_file_location("inferencex_agg_recipes", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
