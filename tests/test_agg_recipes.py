@@ -90,3 +90,18 @@ def test_check_timing_emulates_a_row_that_ran_mtp_with_it():
     assert mtp.draft_tokens == 3 and plain.draft_tokens is None
     # 2.1 tokens an iteration of a 4-token verify: each output token costs well under one step.
     assert mtp.predicted_tpot_ms < 0.75 * plain.predicted_tpot_ms
+
+
+def test_agg_rows_on_a_system_inferencex_only_ran_disaggregated_are_not_workers():
+    """InferenceX's export labels some GB200 runs ``agg`` with the deployment's GPUs as tp (20 to
+    72); InferenceX never benchmarked GB200 aggregated, so those rows describe no worker."""
+    from agentsim.experiments.agg_recipes import disaggregated_only_reason
+
+    gb200 = _qwen_row(system="gb200", model_path="deepseek-ai/DeepSeek-R1", tp_size=24.0, moe_ep_size=1.0,
+                      silicon_data_source="source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=2150; "
+                                          "measured=2026-02-05T00:00:00.000Z; wip=False")
+    assert "only disaggregated" in disaggregated_only_reason(gb200) and "tp 24" in disaggregated_only_reason(gb200)
+    assert disaggregated_only_reason(_qwen_row()) is None               # B200: single-node entries exist
+    eval_row = {**gb200, "silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/data/gb200/trtllm/a.csv"}
+    assert disaggregated_only_reason(eval_row) is None                  # aiconfigurator's own aggregated runs
+    assert disaggregated_only_reason({**gb200, "mode": "disagg"}) is None

@@ -173,7 +173,7 @@ def test_bad_files_get_one_message_and_exit_code_2(tmp_path: Path):
 
 @pytest.mark.slow
 def test_check_timing_sample_in_json(tmp_path: Path):
-    """The whole command on the stratified fixture: every aggregated row emulated, JSON in the
+    """The whole command on the stratified fixture: every aggregated row a worker ran emulated, JSON in the
     documented shape, and the error medians within the accuracy the docs state."""
     result = run_cli("check-timing", str(SAMPLE), "--json", timeout=600)
     assert result.returncode == 0, result.stderr
@@ -185,18 +185,22 @@ def test_check_timing_sample_in_json(tmp_path: Path):
     by_id = {r["id"]: r for r in out["rows"]}
     for row in frame.to_dict("records"):
         got = by_id[row["id"]]
-        if row["mode"] == "agg":
+        if row["mode"] == "agg" and row["system"] == "gb200" and row["id"].startswith("2026_"):
+            # InferenceX's export labels a GB200 disaggregated run agg (tp 72: the deployment).
+            assert "only disaggregated" in got["skipped"] and got["predicted_ttft_ms"] is None
+        elif row["mode"] == "agg":
             assert got["skipped"] is None and got["predicted_ttft_ms"] > 0 and got["predicted_tpot_ms"] > 0
         elif row["prefill_num_workers"] == row["prefill_num_workers"]:   # a disaggregated row with its pools
             assert got["skipped"] is None and got["predicted_ttft_ms"] > 0 and got["predicted_tpot_ms"] > 0
         else:
             assert got["skipped"].startswith(DISAGG_REASON) and got["predicted_ttft_ms"] is None
     aggregated = out["summary"]["aggregated"]
-    assert aggregated["emulated_fraction"] == 1.0
+    agg_rows = [r for r in frame.to_dict("records") if r["mode"] == "agg"]
+    assert aggregated["emulated_fraction"] == (len(agg_rows) - 1) / len(agg_rows)
     assert aggregated["tpot_error_median"] <= TPOT_MEDIAN_BOUND
     assert aggregated["ttft_error_median"] <= TTFT_MEDIAN_BOUND
     errors = [error_factor(by_id[r["id"]]["predicted_tpot_ms"], r["silicon_tpot_ms"])
-              for r in frame.to_dict("records") if r["mode"] == "agg"]
+              for r in agg_rows if by_id[r["id"]]["skipped"] is None]
     assert math.isclose(sorted(errors)[len(errors) // 2] if len(errors) % 2 else
                         sum(sorted(errors)[len(errors) // 2 - 1: len(errors) // 2 + 1]) / 2,
                         aggregated["tpot_error_median"])

@@ -116,3 +116,24 @@ def recipe_speculation(row: dict, clients: int) -> dict | None:
     depth = _number(chosen["draft_tokens"])
     return {"draft_tokens": int(depth) if depth else DEFAULT_DRAFT_TOKENS, "config": str(chosen["config"]),
             "commit": str(chosen["commit"])}
+
+
+def disaggregated_only_reason(row: dict) -> str | None:
+    """Why an aggregated InferenceX ``row`` describes no worker an engine ran, or None. On a
+    system where InferenceX only ever benchmarked disaggregated deployments (no single-node
+    entry in any version of its configuration, disaggregated ones present: GB200), a row the
+    export labels ``agg`` is a disaggregated run whose ``tp`` is the whole deployment's GPUs
+    (20 to 72, no expert split, attention DP 1), as the disaggregated rows of the same export
+    read: :data:`.disagg_recipes.DEPLOYMENT_COLUMNS_REASON`, which those are skipped for."""
+    if client_protocol(row) is not INFERENCEX or str(row.get("mode") or "").strip() != "agg":
+        return None
+    from agentsim.experiments.disagg_recipes import recipes as disagg_entries
+
+    system = str(row.get("system") or "").strip()
+    if (recipes()["system"] == system).any() or not (disagg_entries()["system"] == system).any():
+        return None
+    tp = _number(row.get("tp_size"), 1.0)
+    return (f"InferenceX benchmarked {system} only disaggregated (no single-node entry in any version of its "
+            f"nvidia-master.yaml): this row's tp {int(tp)} is a disaggregated deployment's GPUs, not an "
+            f"aggregated worker's")
+

@@ -34,7 +34,7 @@ from agentsim.engine.loading import scenario_from_dict
 from agentsim.engine.simulation import run_scenario
 from agentsim.errors import InputError
 from agentsim.config.disaggregation import pool_scenario
-from agentsim.experiments.agg_recipes import recipe_speculation
+from agentsim.experiments.agg_recipes import disaggregated_only_reason, recipe_speculation
 from agentsim.experiments.aic_generator import generator_serving
 from agentsim.experiments.benchmark_clients import ClientProtocol, client_protocol, length_spec
 from agentsim.experiments.benchmark_recipes import recipe_serving, server_prefix_caching
@@ -170,6 +170,10 @@ def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: b
     result = RowResult(id=str(row["id"]), system=str(row["system"]), backend=str(row["backend"]),
                        mode=str(row["mode"]), measured_ttft_ms=float(row["silicon_ttft_ms"]),
                        measured_tpot_ms=float(row["silicon_tpot_ms"]))
+    # (Checked here, not in row_scenario: the disaggregated rows build their pools through it.)
+    result.skipped = disaggregated_only_reason(row)
+    if result.skipped is not None:
+        return result
     try:
         data = row_scenario(row)
     except RowSkipped as why:
