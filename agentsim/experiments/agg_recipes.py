@@ -33,10 +33,10 @@ import pandas as pd
 
 from agentsim.experiments.benchmark_clients import INFERENCEX, client_protocol
 from agentsim.experiments.benchmark_recipes import measured_date, row_image
+from agentsim.experiments.disagg_recipes import RUNNER_SYSTEMS
+from agentsim.experiments.disagg_recipes import recipes as disagg_entries
 
-#: InferenceX runner name (before ``-trt``, ``-nvs``, ...) -> the rows' ``system``.
-_SYSTEMS = {"b200": "b200_sxm", "b300": "b300_sxm", "h200": "h200_sxm", "h100": "h100_sxm",
-            "gb200": "gb200", "gb300": "gb300"}
+#: InferenceX framework name -> the rows' ``backend``.
 _BACKENDS = {"trt": "trtllm", "sglang": "sglang", "vllm": "vllm"}
 #: Model-name fragment of a row's ``model_path`` -> InferenceX ``model-prefix`` (the database
 #: dump writes DeepSeek-V3's path for InferenceX's ``dsr1`` runs, the same architecture).
@@ -53,7 +53,7 @@ def recipes() -> pd.DataFrame:
     measured rows are."""
     text = resources.files("agentsim").joinpath("data/inferencex_agg_recipes.csv").open().read()
     frame = pd.read_csv(io.StringIO(text), comment="#", keep_default_na=False, na_values={"draft_tokens": [""]})
-    frame["system"] = frame["runner"].str.split("-").str[0].map(_SYSTEMS)
+    frame["system"] = frame["runner"].str.split("-").str[0].map(RUNNER_SYSTEMS)
     frame["backend"] = frame["framework"].map(_BACKENDS)
     frame["date"] = frame["date"].astype(str)
     return frame
@@ -127,8 +127,6 @@ def disaggregated_only_reason(row: dict) -> str | None:
     read: :data:`.disagg_recipes.DEPLOYMENT_COLUMNS_REASON`, which those are skipped for."""
     if client_protocol(row) is not INFERENCEX or str(row.get("mode") or "").strip() != "agg":
         return None
-    from agentsim.experiments.disagg_recipes import recipes as disagg_entries
-
     system = str(row.get("system") or "").strip()
     if (recipes()["system"] == system).any() or not (disagg_entries()["system"] == system).any():
         return None

@@ -51,7 +51,7 @@ import pandas as pd
 from agentsim.experiments.benchmark_recipes import row_image
 
 #: InferenceX runner name (before ``-multinode``/``-slurm``) -> the rows' ``system``.
-_SYSTEMS = {"gb200": "gb200", "gb300": "gb300", "b200": "b200_sxm", "b300": "b300_sxm",
+RUNNER_SYSTEMS = {"gb200": "gb200", "gb300": "gb300", "b200": "b200_sxm", "b300": "b300_sxm",
             "h200": "h200_sxm", "h100": "h100_sxm"}
 _BACKENDS = {"dynamo-trt": "trtllm", "dynamo-sglang": "sglang", "dynamo-vllm": "vllm"}
 #: InferenceX ``model-prefix`` -> ``model=`` of the rows' ``silicon_data_source``.
@@ -99,7 +99,7 @@ def recipes() -> pd.DataFrame:
     import io
 
     frame = pd.read_csv(io.StringIO(text), comment="#")
-    frame["system"] = frame["runner"].str.split("-").str[0].map(_SYSTEMS)
+    frame["system"] = frame["runner"].str.split("-").str[0].map(RUNNER_SYSTEMS)
     frame["backend"] = frame["framework"].map(_BACKENDS)
     frame["model"] = frame["model_prefix"].map(_MODELS)
     frame["date"] = frame["date"].astype(str)
