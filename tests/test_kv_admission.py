@@ -242,3 +242,61 @@ def test_with_prefix_caching_off_a_preempted_request_recomputes_everything_it_ha
     recomputed, cache = run("no_prefix_cache")
     assert recomputed > kept, (recomputed, kept)
     assert cache.used_blocks == 0 and cache.admission.rejected_blocks > 0
+
+
+@pytest.mark.parametrize("rule", ["vllm", "sglang", "trtllm"])
+def test_the_batch_totals_the_rules_read_match_a_scan_through_preemptions(rule, monkeypatch):
+    # The rules read running totals the batch keeps (blocks held and owed to completion;
+    # output left clipped at SGLang's 4,096 tokens) instead of scanning it every pass. With
+    # invariant checks on, every iteration compares them with a scan. Outputs longer than the
+    # clip start "far" and turn "near" mid-decode; the memory is tight enough to preempt.
+    from agentsim.cluster.serving.batch import Batch
+    from agentsim.cluster.serving.kv_admission import SGLANG_CLIP_MAX_NEW_TOKENS
+
+    checks = []
+    original = Batch.check_invariants
+
+    def check(batch):
+        original(batch)
+        checks.append(len(batch.running))
+
+    monkeypatch.setattr(Batch, "check_invariants", check)
+    env = simpy.Environment()
+    inst, finished = make_instance(env, capacity_blocks=260, rule=rule)
+    reqs = [request(env, i, (2 + i) * B, (70 + 10 * i) * B) for i in range(4)]
+    for i, req in enumerate(reqs):
+        submit_at(env, inst, 0.2 * i, req)
+    env.run()
+    assert len(finished) == 4 and max(checks) >= 2
+    assert all(r.output_tokens > SGLANG_CLIP_MAX_NEW_TOKENS for r in reqs)
+    if rule != "trtllm":      # TensorRT-LLM's guarantee never preempts
+        assert inst.kv_stats["preemptions"] >= 1
+    assert inst.batch.held_blocks == inst.batch.completion_blocks == 0
+    tracker = inst.batch.decoding.output_left
+    assert (tracker is not None) == (rule == "sglang")
+    if tracker is not None:
+        assert tracker.total(inst.batch.decoding.clock) == 0
+
+
+def test_clipped_output_left_counts_the_clip_until_the_clock_nears_the_finish():
+    from agentsim.cluster.serving.batch import Batch, Running
+
+    env = simpy.Environment()
+    batch = Batch(B)
+    batch.track_output_left(10)
+    tracker = batch.decoding.output_left
+    far = Running(request(env, 0, B, 25), None, 0, 1, 0)
+    near = Running(request(env, 1, B, 4), None, 0, 1, 0)
+    waiting = Running(request(env, 2, 2 * B, 30), None, 0, 1, 0)
+    for state in (far, near, waiting):
+        state.prefill_left = 0 if state is not waiting else state.prefill_left
+        batch.join(state)     # far and near start decoding at clock 0
+    assert tracker.total(0) == 10 + 4 + 10
+    batch.decoding.clock = 4                       # near is done; far has 21 left: the clip
+    assert batch.pop_finished() == [near]
+    assert tracker.total(4) == 10 + 10
+    batch.decoding.clock = 18                      # far has 7 left
+    assert tracker.total(18) == 7 + 10
+    batch.remove(waiting)
+    assert tracker.total(18) == 7
+    batch.check_invariants()

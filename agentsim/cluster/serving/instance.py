@@ -84,7 +84,7 @@ class ServingInstance:
         #: Background prefills (prefill-ahead): admitted only when no live request waits.
         self.background: deque[LLMRequest] = deque()
         self.background_active = 0        # queued or running background prefills
-        self.batch = Batch()
+        self.batch = Batch(self.block_tokens)
         self.busy_s = 0.0
         self.iterations = 0
         self._wakeup = env.event()
@@ -130,6 +130,7 @@ class ServingInstance:
         # Engine-style KV admission: the rule, on-demand growth of decoding requests' blocks
         # and preemption (see kv_admission and kv_growth).
         self.kv_rule = kv_rule if kv_rule is not None else VllmOnDemand(None, block_tokens)
+        self.kv_rule.attach(self.batch)
         # Swap preemption moves a request's KV into the host tier (the first below HBM, where
         # swap_out_path writes), and needs one.
         self.swap_preemption = preemption == "swap" and self.tiered and cache.staging_tier == 1
@@ -241,11 +242,11 @@ class ServingInstance:
             else:  # overlapped prefill already finished: first token now
                 if req.first_token_s != req.first_token_s:
                     self._first_token(req, now)
-                state.output_left -= 1
-                state.context_tokens += 1
+                self.batch.take_first_token(state)
             self.batch.decoding.pending.append(state)  # joins after the iteration in progress, if any
         if self.check_invariants:
             self.cache.check_invariants()
+            self.batch.check_invariants()
         if not self._wakeup.triggered:
             self._wakeup.succeed()
 
@@ -291,6 +292,7 @@ class ServingInstance:
                 self._finish(state)
         if self.check_invariants:
             self.cache.check_invariants()
+            self.batch.check_invariants()
 
     # --- the batch loop -------------------------------------------------------------------------
     def _loop(self):
@@ -422,8 +424,7 @@ class ServingInstance:
                 if state.loaded:
                     if state.req.first_token_s != state.req.first_token_s:   # nan: none yet
                         self._first_token(state.req, now)
-                    state.output_left -= 1
-                    state.context_tokens += 1
+                    self.batch.take_first_token(state)
                     decoding.add(state)
         if prefill_done:
             self.batch.drop_finished_prefills()

@@ -65,6 +65,9 @@ class KvAdmissionRule:
         blocks = -(-sequence_tokens // self.block_tokens)
         return blocks if blocks < total_blocks else total_blocks
 
+    def attach(self, batch) -> None:
+        """The rule serves ``batch`` (empty yet): ask it for any running totals it reads."""
+
     def begin_pass(self, host) -> bool:
         """An admission pass starts; False: admit nothing now."""
         return True
@@ -137,16 +140,16 @@ class SglangNewTokenRatio(KvAdmissionRule):
         self.ratio = self.init_ratio
         self._budget_tokens = 0.0
 
+    def attach(self, batch):
+        batch.track_output_left(SGLANG_CLIP_MAX_NEW_TOKENS)
+
     def begin_pass(self, host):
+        # The running requests' output left, each clipped, kept by the batch: this pass runs
+        # every iteration, and a scan of thousands of requests per pass was the largest cost
+        # of a wide deployment's emulation.
         cache = host.cache
-        clip = SGLANG_CLIP_MAX_NEW_TOKENS
-        clock = host.batch.decoding.clock
-        reserved = 0.0
-        ratio = self.ratio
-        for state in host.batch.running:
-            # Running.output_left_at, inline: this loop runs every scheduling pass over the batch.
-            left = state.finish_clock - clock if state.decoding else state.output_left
-            reserved += (left if left < clip else clip) * ratio
+        decoding = host.batch.decoding
+        reserved = decoding.output_left.total(decoding.clock) * self.ratio
         self._budget_tokens = (cache.capacity_blocks - cache.pinned_blocks()) * self.block_tokens - reserved
         return True
 
@@ -205,20 +208,13 @@ class TrtllmGuaranteedNoEvict(KvAdmissionRule):
         self._free_blocks = 0
 
     def begin_pass(self, host):
-        cache = host.cache
-        bt = self.block_tokens
-        owed = 0
-        for state in host.batch.running:
-            # A request's blocks to completion never change: computed once (this pass runs
-            # every iteration over the whole batch, thousands of requests in a wide deployment).
-            total = state.completion_blocks
-            if not total:
-                req = state.req
-                total = state.completion_blocks = -(-(req.prompt_tokens + req.output_tokens) // bt)
-            left = total - state.cached_blocks - state.reserved_blocks
-            if left > 0:
-                owed += left
-        self._free_blocks = cache.capacity_blocks - cache.pinned_blocks() - owed
+        # The blocks the running requests still owe to completion: the batch keeps both totals
+        # (this pass runs every iteration; a scan of thousands of requests per pass was the
+        # largest cost of a wide deployment's emulation). A request never holds more than its
+        # completion needs, so the difference is the sum of what each still owes.
+        batch = host.batch
+        owed = batch.completion_blocks - batch.held_blocks
+        self._free_blocks = host.cache.capacity_blocks - host.cache.pinned_blocks() - owed
         return True
 
     def admits(self, new_blocks, extend_tokens, output_left, blocks_to_completion, newly_pinned_blocks=0):

@@ -3,8 +3,8 @@
 Decoding requests advance on one shared clock (:class:`~agentsim.cluster.serving.batch.DecodingSet`),
 so their block needs are tracked the same way: each has a ``cover_clock``, the clock up to
 which the blocks it holds suffice, and a heap gives the earliest. Before the batch takes
-``steps`` steps, :meth:`KvGrowth.ensure` grows every request whose cover ends sooner, by up to
-``GROWTH_HORIZON_BLOCKS`` blocks at a time (one event per few blocks, not per token); if that
+``steps`` steps, :meth:`KvGrowth.ensure` grows every request whose cover ends sooner, to cover
+``GROWTH_HORIZON_BLOCKS`` blocks' worth of steps ahead (one event per few blocks, not per token); if that
 cannot be had it asks for the one block the next step needs, and only if even that fails does it
 preempt (the rule picks the victim) and retry. It returns how many steps the blocks now cover.
 
@@ -53,12 +53,18 @@ class KvGrowth:
         """Have the decoding requests' blocks cover the next ``steps`` steps if they can (at
         least the next one, preempting if need be); returns the steps covered (0: none decode)."""
         host = self.host
-        decoding = host.batch.decoding
+        batch = host.batch
+        decoding = batch.decoding
         heap = self.heap
         clock = decoding.clock
         bt = host.block_tokens
         horizon = steps if steps < self.horizon_steps else self.horizon_steps
         target = clock + horizon
+        # A request that must grow grows by the whole horizon, not just to ``target``: a short
+        # stretch (a mixed iteration, a decode worker taking a hand-off every few steps) would
+        # otherwise grow every request one block per block boundary, the dominant cost of a
+        # wide, long-output batch. A reservation that fails falls back to the next step's need.
+        ahead = clock + self.horizon_steps
         reserve = host.cache.reserve
         now = host.env.now
         heappop = heapq.heappop
@@ -73,7 +79,7 @@ class KvGrowth:
             if cover >= target:
                 break
             finish = state.finish_clock
-            want = target if target < finish else finish
+            want = ahead if ahead < finish else finish
             held = state.cached_blocks + state.reserved_blocks
             base = state.ctx_base
             grow = -(-(want + base) // bt) - held
@@ -86,6 +92,7 @@ class KvGrowth:
                     clock = decoding.clock
                     continue
             state.reserved_blocks += grow
+            batch.held_blocks += grow
             cover = (held + grow) * bt - base
             state.cover_clock = cover
             if cover < finish:
