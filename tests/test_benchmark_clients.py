@@ -132,9 +132,9 @@ def test_check_timing_launches_an_eval_row_with_the_generators_budget(monkeypatc
     budgets = []
     run = timing_check.run_scenario
 
-    def recording(scenario):
+    def recording(scenario, stop=None):
         budgets.append(scenario.serving.instance_batch_tokens())
-        return run(scenario)
+        return run(scenario, stop=stop)
 
     monkeypatch.setattr(timing_check, "run_scenario", recording)
     launched = timing_check.emulate_row(row)

@@ -156,6 +156,27 @@ def test_stop_request_in_process(small_scenario_yaml):
     assert result.summary["requests"] == len(result.tables["requests"]) > 0
 
 
+def test_stop_request_after_served_requests(small_scenario_yaml):
+    """``StopRequest(after_served=N)`` ends the run once N requests are served (check-timing's
+    measured requests), at the event that served the N-th: the same first requests as a run
+    left to its end."""
+    from agentsim.engine.loading import load_scenario
+    from agentsim.engine.simulation import StopRequest, run_scenario
+
+    scenario = load_scenario(small_scenario_yaml, ["duration_s=30m"])
+    full = run_scenario(scenario).tables["requests"]
+    served = full[~full["rejected"]].sort_values("finish_s")
+    assert len(served) > 40
+    result = run_scenario(scenario, stop=StopRequest(after_served=40))
+    assert result.summary["complete"] is False and result.summary["incomplete_reason"] == "40 requests served"
+    early = result.tables["requests"]
+    early = early[~early["rejected"]].sort_values("finish_s")
+    last_s = served["finish_s"].iloc[39]
+    assert 40 <= len(early) == (served["finish_s"] <= last_s).sum() < len(served)
+    first = served.iloc[:40].set_index("request_id")[["ttft_s", "tpot_s"]]
+    assert early.set_index("request_id").loc[first.index, ["ttft_s", "tpot_s"]].equals(first)
+
+
 def _wait_until(condition, process: subprocess.Popen, what: str) -> None:
     """Poll ``condition`` until it holds; fail at once if ``process`` exits first, and after
     :data:`HANG_GUARD_S` (a hang, not a slow machine)."""

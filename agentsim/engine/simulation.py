@@ -52,8 +52,12 @@ class StopRequest:
     from a signal handler at any point of an event.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, after_served: int | None = None) -> None:
         self.reason: str | None = None
+        #: Stop once this many requests have been served (finished, not rejected), if set: a
+        #: caller that needs only the first requests (``check-timing``'s measured ones) ends
+        #: the run there instead of simulating the rest of its duration.
+        self.after_served = after_served
 
     def set(self, reason: str) -> None:
         if self.reason is None:
@@ -196,6 +200,7 @@ class Simulation:
         self.check_invariants = scenario.run.check_invariants
         self.stop_request: StopRequest | None = None
         self.stop_reason: str | None = None
+        self._stop_after_served: int | None = None   # served requests still to go (stop_request.after_served)
         self._freeze_survivors: Callable[[], None] = lambda: None   # set while the events run
 
     def _on_mutation(self, instance: int, old_keys: list[int], from_block: int) -> None:
@@ -290,6 +295,10 @@ class Simulation:
         for tier, tokens in tier_hits.items():
             if tokens:
                 self.tier_hit_records.append(TierHitRecord(request.request_id, tier, tokens))
+        if self._stop_after_served is not None and not request.rejected:
+            self._stop_after_served -= 1
+            if self._stop_after_served <= 0:
+                self.stop_request.set(f"{self.stop_request.after_served} requests served")
         self.agentic.on_request_end(request)
         self.diagnostics.observe_request(request)
         request.done.succeed()
@@ -480,9 +489,12 @@ def _merge_counts(dicts) -> dict[str, int]:
 def run_scenario(scenario, progress: ProgressCallback | None = None, stop: StopRequest | None = None) -> RunResult:
     """Simulate ``scenario`` once and return its results (deterministic for a given seed).
 
-    ``stop``: when set during the run, the simulation ends at the next event and the result
-    covers the requests finished so far (``summary["complete"]`` is False, with the reason).
+    ``stop``: when set during the run (or once its ``after_served`` requests are served), the
+    simulation ends at the next event and the result covers the requests finished so far
+    (``summary["complete"]`` is False, with the reason).
     """
     simulation = Simulation(scenario, progress)
     simulation.stop_request = stop
+    if stop is not None and stop.after_served is not None:
+        simulation._stop_after_served = stop.after_served
     return simulation.run()

@@ -31,7 +31,7 @@ import pandas as pd
 
 from agentsim.config.loader import apply_overrides
 from agentsim.engine.loading import scenario_from_dict
-from agentsim.engine.simulation import run_scenario
+from agentsim.engine.simulation import StopRequest, run_scenario
 from agentsim.errors import InputError
 from agentsim.config.disaggregation import pool_scenario
 from agentsim.experiments.agg_recipes import disaggregated_only_reason, recipe_speculation
@@ -230,7 +230,9 @@ def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: b
     duration_s = max(round_s, 1e-3) * rounds * 1.1
     for extension in range(_EXTENSIONS + 1):
         data = {**data, "duration_s": duration_s}
-        records = run_scenario(scenario_from_dict(data, source="check-timing")).tables["requests"]
+        # The run ends as soon as the measured requests are known (one more round served).
+        stop = StopRequest(after_served=protocol.measured_per_client * clients + clients)
+        records = run_scenario(scenario_from_dict(data, source="check-timing"), stop=stop).tables["requests"]
         measured = _measured_requests(records[~records["rejected"]], clients, protocol,
                                       partial=extension == _EXTENSIONS)
         if measured is not None:
