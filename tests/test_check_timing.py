@@ -259,3 +259,38 @@ def test_max_clients_option_skips_without_running():
     reasons = [r["skipped"] for r in rows]
     assert any(r and r.startswith("more than 1 clients (4; --max-clients)") for r in reasons)
     assert all(r["predicted_ttft_ms"] is None for r in rows)
+
+
+def test_rows_file_logs_each_row_and_resumes_after_an_interruption(tmp_path: Path):
+    """``--rows-file``: every finished row is on disk as a JSON line; a second run takes the
+    logged rows instead of running them again (a logged prediction changed by hand comes back
+    as it is), re-runs a row whose line was cut short, and refuses a log of other settings or
+    a malformed line with its line number."""
+    log = tmp_path / "rows.jsonl"
+    args = ("check-timing", str(SAMPLE), "--sample", "3", "--max-clients", "64", "--json", "--rows-file", str(log))
+    first = run_cli(*args, timeout=600)
+    assert first.returncode == 0, first.stderr
+    rows = json.loads(first.stdout)["rows"]
+    lines = log.read_text().splitlines()
+    assert len(lines) == 3 and [json.loads(line)["id"] for line in lines] == [r["id"] for r in rows]
+    ran = [i for i, r in enumerate(rows) if r["skipped"] is None]
+    assert ran, "the sample should emulate at least one row"
+
+    # The first emulated row's prediction edited in the log; the last line cut mid-write.
+    records = [json.loads(line) for line in lines]
+    records[ran[0]]["predicted_ttft_ms"] = 12345.0
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    log.write_text(text[: len(text) - 20])
+    second = run_cli(*args, timeout=600)
+    assert second.returncode == 0, second.stderr
+    again = json.loads(second.stdout)["rows"]
+    assert again[ran[0]]["predicted_ttft_ms"] == 12345.0            # taken from the log, not re-run
+    assert again[2] == rows[2]                                       # the cut row was run again
+    assert len(log.read_text().splitlines()) == 3 and log.read_text().endswith("\n")
+
+    other = run_cli("check-timing", str(SAMPLE), "--sample", "3", "--rows-file", str(log), timeout=120)
+    assert other.returncode == 2 and "line 1" in other.stderr and "other settings" in other.stderr
+    assert "Traceback" not in other.stderr
+    log.write_text(log.read_text() + "{not json\n")
+    broken = run_cli(*args, timeout=120)
+    assert broken.returncode == 2 and "line 4" in broken.stderr and "rows.jsonl" in broken.stderr

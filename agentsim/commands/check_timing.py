@@ -4,6 +4,8 @@ Every row of a file in the format of ``measured_runs.csv`` is emulated through t
 (:mod:`agentsim.experiments.timing_check`); the command prints each row's prediction and error
 factor, then the error table per (system, backend, mode). ``--json`` prints
 ``{"rows": [{"id", "predicted_ttft_ms", "predicted_tpot_ms", "skipped", "pools", "draft_tokens"}], "summary": {...}}``.
+``--rows-file PATH`` appends each row's result to a JSON Lines file as it finishes and resumes
+from it (:mod:`agentsim.experiments.row_log`).
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ def register(app: typer.Typer) -> None:
         mode: Optional[Mode] = typer.Option(None, "--mode", help="only the rows of this mode (before --sample)"),
         max_clients: Optional[int] = typer.Option(None, "--max-clients", min=1,
                                                   help="skip rows of more clients (their runs take minutes each)"),
+        rows_file: Optional[Path] = typer.Option(None, "--rows-file",
+                                                 help="append each row's result to this JSON Lines file as it "
+                                                      "finishes; rows already in it are not run again (resume)"),
         client_lengths: bool = typer.Option(True, "--client-lengths/--fixed-lengths",
                                             help="draw each request's lengths as the row's benchmark client did (the "
                                                  "default), or give every request exactly isl/osl tokens, the clients "
@@ -105,19 +110,35 @@ def register(app: typer.Typer) -> None:
         if sample is not None:
             frame = stratified_sample(frame, sample)
         overrides = list(set_ or [])
+        done, on_new_row, log = None, None, None
+        if rows_file is not None:
+            from agentsim.errors import InputError
+            from agentsim.experiments.row_log import log_line, read_log, settings_of
+
+            settings = settings_of(overrides, client_lengths, max_clients)
+            done = read_log(rows_file, settings)
+            try:
+                log = rows_file.open("a", encoding="utf-8")
+            except OSError as exc:
+                raise InputError(f"cannot be written ({exc.strerror})", str(rows_file)) from None
+
+            def on_new_row(result) -> None:
+                log.write(log_line(result, settings))
+                log.flush()
+        rows = dict(done=done, on_new_row=on_new_row, client_lengths=client_lengths, max_clients=max_clients)
         if sys.stderr.isatty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             with Progress(TextColumn("[bold]emulating rows"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=err_console, transient=True) as progress:
                 task = progress.add_task("rows", total=len(frame))
-                results = check_rows(frame, overrides, on_row=lambda _: progress.advance(task),
-                                     client_lengths=client_lengths, max_clients=max_clients)
+                results = check_rows(frame, overrides, on_row=lambda _: progress.advance(task), **rows)
         else:
             from agentsim.commands.common import plain_count_progress
 
-            results = check_rows(frame, overrides, on_row=plain_count_progress("emulated rows", len(frame)),
-                                 client_lengths=client_lengths, max_clients=max_clients)
+            results = check_rows(frame, overrides, on_row=plain_count_progress("emulated rows", len(frame)), **rows)
+        if log is not None:
+            log.close()
         summary = summarize(results)
         if as_json:
             sys.stdout.write(json.dumps({"rows": [r.as_json() for r in results], "summary": summary}, indent=1) + "\n")

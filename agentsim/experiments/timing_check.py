@@ -313,12 +313,19 @@ def summarize(results: list[RowResult]) -> dict:
 
 def check_rows(frame: pd.DataFrame, overrides: list[str] | None = None,
                on_row: Callable[[RowResult], None] | None = None, client_lengths: bool = True,
-               max_clients: int | None = None) -> list[RowResult]:
+               max_clients: int | None = None, done: dict[str, RowResult] | None = None,
+               on_new_row: Callable[[RowResult], None] | None = None) -> list[RowResult]:
     """Emulate every row of ``frame`` in order (``on_row`` is called after each;
-    ``client_lengths`` and ``max_clients`` as for :func:`emulate_row`)."""
+    ``client_lengths`` and ``max_clients`` as for :func:`emulate_row`). A row whose id is in
+    ``done`` takes that result instead of being run again; ``on_new_row`` is called with each
+    row that was run (the row log appends it)."""
     results = []
     for row in frame.to_dict("records"):
-        result = emulate_row(row, overrides, client_lengths, max_clients)
+        result = done.get(str(row["id"])) if done else None
+        if result is None:
+            result = emulate_row(row, overrides, client_lengths, max_clients)
+            if on_new_row is not None:
+                on_new_row(result)
         results.append(result)
         if on_row is not None:
             on_row(result)
