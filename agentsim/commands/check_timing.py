@@ -126,19 +126,22 @@ def register(app: typer.Typer) -> None:
                 log.write(log_line(result, settings))
                 log.flush()
         rows = dict(done=done, on_new_row=on_new_row, client_lengths=client_lengths, max_clients=max_clients)
-        if sys.stderr.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        try:
+            if sys.stderr.isatty():
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            with Progress(TextColumn("[bold]emulating rows"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          console=err_console, transient=True) as progress:
-                task = progress.add_task("rows", total=len(frame))
-                results = check_rows(frame, overrides, on_row=lambda _: progress.advance(task), **rows)
-        else:
-            from agentsim.commands.common import plain_count_progress
+                with Progress(TextColumn("[bold]emulating rows"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), console=err_console, transient=True) as progress:
+                    task = progress.add_task("rows", total=len(frame))
+                    results = check_rows(frame, overrides, on_row=lambda _: progress.advance(task), **rows)
+            else:
+                from agentsim.commands.common import plain_count_progress
 
-            results = check_rows(frame, overrides, on_row=plain_count_progress("emulated rows", len(frame)), **rows)
-        if log is not None:
-            log.close()
+                results = check_rows(frame, overrides, on_row=plain_count_progress("emulated rows", len(frame)),
+                                     **rows)
+        finally:   # the rows finished so far stay on disk whatever stops the run
+            if log is not None:
+                log.close()
         summary = summarize(results)
         if as_json:
             sys.stdout.write(json.dumps({"rows": [r.as_json() for r in results], "summary": summary}, indent=1) + "\n")

@@ -343,6 +343,8 @@ class Simulation:
 
     def run(self) -> RunResult:
         started = time.perf_counter()
+        stop = self.stop_request
+        self._stop_after_served = stop.after_served if stop is not None else None
         self.driver.start()
         self.env.process(self._sampler())
         self.env.process(self._end_of_arrivals())
@@ -495,6 +497,4 @@ def run_scenario(scenario, progress: ProgressCallback | None = None, stop: StopR
     """
     simulation = Simulation(scenario, progress)
     simulation.stop_request = stop
-    if stop is not None and stop.after_served is not None:
-        simulation._stop_after_served = stop.after_served
     return simulation.run()

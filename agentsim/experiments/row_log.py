@@ -17,7 +17,7 @@ from pathlib import Path
 from agentsim.errors import InputError
 from agentsim.experiments.timing_check import RowResult
 
-#: The fields of a logged row besides the RowResult's own.
+#: The key of a logged row's run settings (its other keys are the RowResult's fields).
 SETTINGS_KEY = "settings"
 _FIELDS = {field.name for field in dataclasses.fields(RowResult)}
 

@@ -4,9 +4,9 @@ Decoding requests advance on one shared clock (:class:`~agentsim.cluster.serving
 so their block needs are tracked the same way: each has a ``cover_clock``, the clock up to
 which the blocks it holds suffice, and a heap gives the earliest. Before the batch takes
 ``steps`` steps, :meth:`KvGrowth.ensure` grows every request whose cover ends sooner, to cover
-``GROWTH_HORIZON_BLOCKS`` blocks' worth of steps ahead (one event per few blocks, not per token); if that
-cannot be had it asks for the one block the next step needs, and only if even that fails does it
-preempt (the rule picks the victim) and retry. It returns how many steps the blocks now cover.
+``GROWTH_HORIZON_BLOCKS`` blocks' worth of steps ahead (one event per few blocks, not per
+token); if that cannot be had it asks for the one block the next step needs, and only if even
+that fails does it preempt (the rule picks the victim) and retry. It returns how many steps the blocks now cover.
 
 A preempted request leaves the batch at once: the full blocks it computed are committed to the
 cache unpinned (so its re-admission may hit them, as vLLM keeps freed blocks hashed), the rest
