@@ -180,8 +180,8 @@ def test_check_timing_sample_in_json(tmp_path: Path):
     out = json.loads(result.stdout)
     frame = read_rows(SAMPLE)
     assert [r["id"] for r in out["rows"]] == frame["id"].tolist()
-    assert all(set(r) == {"id", "predicted_ttft_ms", "predicted_tpot_ms", "skipped", "pools", "draft_tokens"}
-               for r in out["rows"])
+    assert all(set(r) == {"id", "predicted_ttft_ms", "predicted_tpot_ms", "skipped", "pools", "draft_tokens",
+                          "measured_prefill_load"} for r in out["rows"])
     by_id = {r["id"]: r for r in out["rows"]}
     for row in frame.to_dict("records"):
         got = by_id[row["id"]]
@@ -190,8 +190,10 @@ def test_check_timing_sample_in_json(tmp_path: Path):
             assert "only disaggregated" in got["skipped"] and got["predicted_ttft_ms"] is None
         elif row["mode"] == "agg":
             assert got["skipped"] is None and got["predicted_ttft_ms"] > 0 and got["predicted_tpot_ms"] > 0
+            assert got["measured_prefill_load"] is None
         elif row["prefill_num_workers"] == row["prefill_num_workers"]:   # a disaggregated row with its pools
             assert got["skipped"] is None and got["predicted_ttft_ms"] > 0 and got["predicted_tpot_ms"] > 0
+            assert got["measured_prefill_load"] > 0
         else:
             assert got["skipped"].startswith(DISAGG_REASON) and got["predicted_ttft_ms"] is None
     aggregated = out["summary"]["aggregated"]

@@ -52,16 +52,25 @@ def _groups_table(summary: dict):
     from rich.table import Table
 
     table = Table(title="error factor per (system, backend, mode)", header_style="bold")
-    for column in ("system", "backend", "mode", "rows", "emulated", "TTFT median", "TTFT p90",
-                   "TPOT median", "TPOT p90"):
+    disaggregated = bool(summary["disaggregated"]["rows"])
+    columns = ["system", "backend", "mode", "rows", "emulated", "TTFT median", "TTFT p90", "TPOT median", "TPOT p90"]
+    if disaggregated:
+        # Rows whose measurement computed prompts faster than the emulated prefill pool can
+        # (agentsim.experiments.prefill_capacity): their prefill step times are too slow.
+        columns.append("prefill > capacity")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("system", "backend", "mode") else "right")
     totals = [{"system": "all aggregated", "backend": "", "mode": "agg", **summary["aggregated"]}]
-    if summary["disaggregated"]["rows"]:
+    if disaggregated:
         totals.append({"system": "all disaggregated", "backend": "", "mode": "disagg", **summary["disaggregated"]})
     for g in summary["groups"] + totals:
-        table.add_row(g["system"], g["backend"], g["mode"], str(g["rows"]), str(g["emulated"]),
-                      _fmt(g["ttft_error_median"], ".2f"), _fmt(g["ttft_error_p90"], ".2f"),
-                      _fmt(g["tpot_error_median"], ".2f"), _fmt(g["tpot_error_p90"], ".2f"))
+        cells = [g["system"], g["backend"], g["mode"], str(g["rows"]), str(g["emulated"]),
+                 _fmt(g["ttft_error_median"], ".2f"), _fmt(g["ttft_error_p90"], ".2f"),
+                 _fmt(g["tpot_error_median"], ".2f"), _fmt(g["tpot_error_p90"], ".2f")]
+        if disaggregated:
+            over = g["prefill_over_capacity"]
+            cells.append("" if over is None else str(over))
+        table.add_row(*cells)
     return table
 
 

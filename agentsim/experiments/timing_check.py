@@ -39,6 +39,8 @@ from agentsim.experiments.aic_generator import generator_serving
 from agentsim.experiments.benchmark_clients import ClientProtocol, client_protocol, length_spec
 from agentsim.experiments.benchmark_recipes import recipe_serving, server_prefix_caching
 from agentsim.experiments.benchmark_rows import RowSkipped, row_scenario
+from agentsim.experiments.prefill_capacity import (mean_lengths, prefill_capacity_per_gpu, prefill_gpus,
+                                                   sustained_prompt_rate_per_gpu)
 from agentsim.experiments.recipe_kv_cache import kv_bytes_at, recipe_kv_cache
 from agentsim.experiments.disaggregated_rows import pools_description
 from agentsim.hardware.timing.memory import engine_kv_capacity_tokens
@@ -71,6 +73,18 @@ class RowResult:
     draft_tokens: int | None = None
     #: Simulated requests the prediction is the mean of.
     measured_requests: int | None = None
+    #: Disaggregated rows (:mod:`.prefill_capacity`): prompt tokens a second per prefill GPU the
+    #: emulated pool computes at most, and the measured run sustained.
+    prefill_capacity_per_gpu: float | None = None
+    measured_prompt_rate_per_gpu: float | None = None
+
+    @property
+    def measured_prefill_load(self) -> float | None:
+        """The measured prompt rate over the emulated prefill pool's capacity: above 1 the row's
+        prefill step times are too slow for its deployment (:mod:`.prefill_capacity`)."""
+        if self.prefill_capacity_per_gpu is None or self.measured_prompt_rate_per_gpu is None:
+            return None
+        return self.measured_prompt_rate_per_gpu / self.prefill_capacity_per_gpu
 
     @property
     def ttft_error(self) -> float | None:
@@ -83,7 +97,7 @@ class RowResult:
     def as_json(self) -> dict:
         return {"id": self.id, "predicted_ttft_ms": self.predicted_ttft_ms,
                 "predicted_tpot_ms": self.predicted_tpot_ms, "skipped": self.skipped, "pools": self.pools,
-                "draft_tokens": self.draft_tokens}
+                "draft_tokens": self.draft_tokens, "measured_prefill_load": self.measured_prefill_load}
 
 
 def error_factor(predicted: float | None, measured: float | None) -> float | None:
@@ -223,6 +237,8 @@ def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: b
     scenario = scenario_from_dict(data, source="check-timing")
     timer, choice = build_timer(scenario)
     result.timing_source = choice.source
+    if scenario.serving.disaggregation is not None:
+        _check_prefill_load(result, scenario)
     clients = scenario.workload.agent_classes["client"].arrival.concurrent
     round_s = _round_estimate_s(timer, clients, isl, osl, scenario.serving.batch_requests(),
                                 scenario.serving.instance_batch_tokens())
@@ -245,6 +261,15 @@ def emulate_row(row: dict, overrides: list[str] | None = None, client_lengths: b
     result.predicted_ttft_ms = float(measured["ttft_s"].mean() * 1e3)
     result.predicted_tpot_ms = float(measured["tpot_s"].mean() * 1e3)
     return result
+
+
+def _check_prefill_load(result: RowResult, scenario) -> None:
+    """Set ``result``'s prefill capacity and the prompt rate its measurement sustained."""
+    prompt, output = mean_lengths(scenario)
+    clients = scenario.workload.agent_classes["client"].arrival.concurrent
+    result.prefill_capacity_per_gpu = prefill_capacity_per_gpu(scenario, prompt)
+    result.measured_prompt_rate_per_gpu = sustained_prompt_rate_per_gpu(
+        clients, prompt, output, result.measured_ttft_ms, result.measured_tpot_ms, prefill_gpus(scenario))
 
 
 def stratified_sample(frame: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -279,7 +304,10 @@ def _stats(values: Iterable[float | None]) -> dict:
 def _block(results: list[RowResult]) -> dict:
     emulated = [r for r in results if r.skipped is None]
     ttft, tpot = _stats(r.ttft_error for r in emulated), _stats(r.tpot_error for r in emulated)
+    loads = [r.measured_prefill_load for r in emulated if r.measured_prefill_load is not None]
     return {"rows": len(results), "emulated": len(emulated),
+            # Rows whose measurement computed prompts faster than the emulated prefill pool can.
+            "prefill_over_capacity": sum(load > 1.0 for load in loads) if loads else None,
             "emulated_fraction": len(emulated) / len(results) if results else 0.0,
             "ttft_error_median": ttft["median"], "ttft_error_p90": ttft["p90"],
             "tpot_error_median": tpot["median"], "tpot_error_p90": tpot["p90"]}
