@@ -1,7 +1,7 @@
 """The recompute split's loss record against the plain per-instance dictionary it compacts: for
-every (instance, key), the tier the instance last lost the key from, through records by many
-instances (more owners of a key than dense layers), forgetting and purging dead keys, and
-removals of keys already dead (not recorded)."""
+every (instance, key) a call can still send, the tier the instance last lost the key from,
+through records by many instances, purges of dead keys, and removals of keys already dead (not
+recorded); and its runs of keys (``agentsim.engine.loss_runs``) against a dict of keys."""
 
 import random
 from array import array
@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentsim.engine.recompute import DENSE_LAYERS, RecomputeClassifier
+from agentsim.engine.loss_runs import LossRuns
+from agentsim.engine.recompute import RecomputeClassifier, key_runs
 
 
 class _Policy:
@@ -28,20 +29,20 @@ def _classifier(n_instances: int) -> RecomputeClassifier:
 def test_loss_record_matches_a_dict_per_instance(seed, longest, as_array):
     """``longest``: the longest removal (a full cache's evictions remove whole merged runs of
     hundreds of keys, not contiguous, and a key may come twice). ``as_array``: removals come as
-    ``array('q')`` (the agents' key type), so the long ones take the vectorised first-layer pass;
-    every layer's count of set keys must stay exact (purges follow it)."""
+    ``array('q')`` (the agents' key type). Keys no call can send again (forgotten, or dead below
+    the oldest live key and not a shared prefix) are never asked about, so only the others are
+    compared."""
     rng = random.Random(seed)
-    n_instances = 2 * DENSE_LAYERS + 2          # keys lost on more instances than dense layers
+    n_instances = 8
     record = _classifier(n_instances)
     model: dict[int, dict[int, int]] = {i: {} for i in range(n_instances)}   # instance -> key -> 1 + tier
     protected = set(range(1, 40))                # shared prefixes: always live
     oldest = [1]
     record.key_horizon = lambda: (oldest[0], protected)
-    record._purge_at = 300                       # purge often
+    record._purge_at = 30                        # purge often
     next_key = 1
-    # Forgotten keys may be lost again, as an ended agent's blocks are (no longer recorded), but
-    # no call sends them again, so they are never asked about.
     forgotten: set[int] = set()
+    dropped_runs = 0
     for _ in range(3000):
         op = rng.random()
         if op < 0.6:
@@ -54,80 +55,70 @@ def test_loss_record_matches_a_dict_per_instance(seed, longest, as_array):
             next_key = max(next_key, keys[-1] + 1) if keys[-1] < 2**40 else next_key
             if rng.random() < 0.2 and oldest[0] > 2:
                 # An ended agent's blocks, evicted after it ended (lower tiers hold them for
-                # hours): dead keys, never sent again, so not recorded once a purge has seen
-                # them dead; mixed with live and shared keys in one removal or not.
+                # hours), mixed with live and shared keys in one removal or not.
                 low = rng.randrange(1, oldest[0])
                 keys = list(range(low, min(low + rng.randrange(1, longest), oldest[0])))
                 if rng.random() < 0.5:
                     keys += list(range(oldest[0], oldest[0] + rng.randrange(0, 5)))
             instance, tier = rng.randrange(n_instances), rng.randrange(3)
             record._record(instance, array("q", keys) if as_array else keys, tier)
-            for layer in record._layers:
-                assert layer.count == sum(1 for v in layer.values if v) + len(layer.far)
             for key in keys:
-                if key >= oldest[0] or key in protected:
-                    model[instance][key] = 1 + tier
+                model[instance][key] = 1 + tier
         elif op < 0.7 and next_key > 50:
             keys = list(range(rng.randrange(40, next_key), next_key))[:50]
             record.forget(keys)
             forgotten.update(keys)
-            for held in model.values():
-                for key in keys:
-                    held.pop(key, None)
         elif op < 0.75:
             oldest[0] = max(oldest[0], next_key - rng.randrange(0, 2000))
+            runs_before = sum(len(lost) for lost in record._lost.values())
             record._purge()
-            for held in model.values():
-                for key in [k for k in held if k < oldest[0] and k not in protected]:
-                    del held[key]
-    probe = sorted(({k for held in model.values() for k in held} | set(range(1, next_key, 7))) - forgotten)
+            dropped_runs += runs_before - sum(len(lost) for lost in record._lost.values())
+    live = {k for held in model.values() for k in held} | set(range(1, next_key, 7))
+    probe = sorted(k for k in live - forgotten if k >= oldest[0] or k in protected)
     for instance in range(n_instances):
         assert record._tiers_lost(instance, probe) == [model[instance].get(k, 0) for k in probe], instance
-    assert len(record._layers) == DENSE_LAYERS and record._spill     # every path was taken
+        assert record._tiers_lost(instance, array("q", probe)) == [model[instance].get(k, 0) for k in probe]
+    assert dropped_runs > 0 and oldest[0] > 40         # purges dropped the runs of dead keys
 
 
-@pytest.mark.parametrize("as_array", [False, True], ids=["lists", "arrays"])
-def test_forgotten_keys_leave_the_record_and_are_not_recorded_again(as_array):
-    """An ended agent's keys: forget drops every owner's record, the spilled owners' too, and
-    their later losses (lower tiers evict them for hours) add nothing, whatever the horizon."""
-    n_instances = DENSE_LAYERS + 3
-    record = _classifier(n_instances)
-    dead = list(range(100, 400))
-    for instance in range(n_instances):
-        record._record(instance, array("q", dead) if as_array else dead, instance % 3)
-    assert len(record._spill) == len(dead)              # owners beyond the dense layers
-    before = record.state_bytes()
-    record.forget(array("q", dead))
-    assert not record._spill and all(not layer.count for layer in record._layers[1:])
-    held = record._layers[0].count
-    for instance in range(n_instances):
-        record._record(instance, array("q", dead) if as_array else dead, 2)
-    assert not record._spill and all(not layer.count for layer in record._layers[1:])
-    assert record._layers[0].count == held and record.state_bytes() < before
-    live = list(range(400, 460))                         # keys above the forgotten ones still count
-    for instance in range(n_instances):
-        record._record(instance, array("q", live) if as_array else live, 1)
-    assert all(record._tiers_lost(i, live) == [2] * len(live) for i in range(n_instances))
-    assert record._tiers_lost(0, dead[:5]) == [0] * 5
+def test_dead_keys_are_not_recorded_and_their_runs_are_purged():
+    """After a purge, removals of dead keys (below the oldest live key, no shared prefix among
+    them) add no run; runs holding a shared prefix key stay, whatever else they hold."""
+    record = _classifier(3)
+    oldest = [1]
+    protected = {150}
+    record.key_horizon = lambda: (oldest[0], protected)
+    for instance in range(3):
+        record._record(instance, list(range(100, 140)), 0)   # dead after the horizon moves
+        record._record(instance, list(range(145, 160)), 1)   # holds the shared key 150
+        record._record(instance, list(range(400, 460)), 2)   # live
+    assert all(len(record._lost[i]) == 3 for i in range(3))
+    oldest[0] = 300
+    record._purge()
+    assert all(record._lost[i].items() == [(145, 160, 2), (400, 460, 3)] for i in range(3))
+    for instance in range(3):
+        record._record(instance, array("q", range(100, 140)), 1)   # an ended agent's blocks, again
+    assert all(len(record._lost[i]) == 2 for i in range(3))
+    assert record._tiers_lost(0, [150, 400, 459, 460]) == [2, 3, 3, 0]
+    assert record.state_bytes() > 0
 
 
-def test_the_first_layer_grows_from_the_oldest_live_key():
-    """Losses of a few keys of each new range, while agents end behind them: the dense span must
-    grow from the oldest live key, not double over the dead keys below it (the soak's mid-day
-    rise: purges follow the record's count, which stays low when few keys of the span are lost)."""
+def test_the_record_stays_flat_over_a_long_run():
+    """Losses of a few keys of each new range while agents end behind them: the runs of dead
+    keys are purged, so the record holds about the live window's runs, not every run since the
+    start (the dense record of before grew with the allocator's span)."""
     record = _classifier(1)
     window = 2000                                  # keys behind the newest that a live agent can send
     oldest = [1]
     record.key_horizon = lambda: (oldest[0], set())
-    largest_span = 0
+    most_runs = 0
     for start in range(1, 400_000, 100):
         oldest[0] = max(1, start - window)
         record._record(0, list(range(start, start + 100, 10)), 0)     # a tenth of each range is lost
-        largest_span = max(largest_span, len(record._layers[0].values))
-    assert largest_span <= 4 * window + 1024        # doubling over ~4,100 dead keys per purge: 65,536
+        most_runs = max(most_runs, len(record._lost[0]))
+    assert most_runs <= 2 * 4096 + window // 10     # the purge threshold, doubled at most
     recent = list(range(400_000 - window, 400_000))
     assert record._tiers_lost(0, recent) == [1 if k % 10 == 1 else 0 for k in recent]
-
 
 
 def _tiered_classifier(n_instances: int, tier_names: list[str]) -> RecomputeClassifier:
@@ -188,27 +179,50 @@ def test_classify_splits_by_the_definition(seed):
     assert sum(expected_by_tier.values()) > 0
 
 
-def test_codes_take_two_bytes_a_key_up_to_255_instances_and_four_beyond():
-    small, large = _classifier(255), _classifier(256)
-    for record, last in ((small, 254), (large, 255)):
-        keys = list(range(100, 200))
-        record._record(last, keys, 2)
-        record._record(0, keys[:10], 1)
-        assert record._tiers_lost(last, keys) == [3] * 100
-        assert record._tiers_lost(0, keys) == [2] * 10 + [0] * 90
-    assert small._layers[0].values.typecode == "H" and large._layers[0].values.typecode == "I"
+def test_many_instances_each_keep_their_own_losses():
+    record = _classifier(300)
+    keys = list(range(100, 200))
+    for instance in range(300):
+        record._record(instance, keys[: instance % 100 + 1], instance % 3)
+    for instance in (0, 1, 254, 255, 299):
+        n = instance % 100 + 1
+        assert record._tiers_lost(instance, keys) == [1 + instance % 3] * n + [0] * (100 - n)
 
 
-def test_a_layer_created_late_in_a_run_holds_its_keys_densely():
-    """The second and third owners of keys allocated long after the run began (keys far above
-    the growth slack of 0): their layers start with the first layer's span, not a dict entry
-    (about 100 bytes) per key."""
-    record = _classifier(3)
-    keys = list(range(500_000, 520_000))
-    record._record(0, list(range(1, 520_000)), 0)      # the first instance lost every key so far
-    record._record(1, keys[::2], 1)
-    record._record(2, keys[::4], 2)
-    assert len(record._layers) == 3
-    assert all(not layer.far for layer in record._layers)
-    assert record._tiers_lost(2, keys[:8]) == [3, 0, 0, 0, 3, 0, 0, 0]
-    assert record._tiers_lost(1, keys[:4]) == [2, 0, 2, 0]
+@pytest.mark.parametrize("seed", range(40))
+def test_loss_runs_match_a_dict_of_keys(seed):
+    """Assignments of random ranges (overlapping, touching, inside one another), with purges:
+    every key's code is the dict's, the runs stay disjoint, sorted and joined where adjacent
+    with one code, and a purge keeps every key that is live (at or above the horizon, or kept)."""
+    rng = random.Random(seed)
+    runs, model = LossRuns(), {}
+    span = rng.choice((40, 250))
+    for _ in range(400):
+        a = rng.randrange(0, span)
+        b = a + rng.randrange(1, rng.choice((4, 30)))
+        code = rng.randrange(1, 4)
+        runs.assign(a, b, code)
+        model.update({k: code for k in range(a, b)})
+        items = runs.items()
+        assert all(s < e for s, e, _ in items)
+        for (_, end, code_a), (start, _, code_b) in zip(items, items[1:]):
+            assert end < start or (end == start and code_a != code_b), items
+        if rng.random() < 0.05:
+            oldest, kept = rng.randrange(0, span), sorted(rng.sample(range(span), 3))
+            runs.drop_below(oldest, kept)
+            assert all(runs.code(k) == model.get(k, 0) for k in range(span + 40) if k >= oldest or k in kept)
+            model = {k: v for k, v in model.items() if runs.code(k) == v}   # dead keys may go
+    keys = list(range(span + 40))
+    assert [runs.code(k) for k in keys] == [model.get(k, 0) for k in keys]
+    rng.shuffle(keys)
+    keys = keys[:60] + keys[:5]                   # any order, repeats
+    assert runs.codes(key_runs(keys)) == [model.get(k, 0) for k in keys]
+
+
+def test_key_runs_cover_exactly_the_keys_in_order():
+    assert key_runs(array("q", [5, 6, 7])) == [(5, 8)]
+    assert key_runs([5, 7, 6]) == [(5, 6), (7, 8), (6, 7)]
+    assert key_runs(array("q", [5, 6, 6, 7])) == [(5, 7), (6, 8)]
+    assert key_runs([7, 5, 6]) == [(7, 8), (5, 7)]          # first - last spans n - 1, not one run
+    assert key_runs([]) == [] and key_runs([3]) == [(3, 4)]
+    assert key_runs([2**60, 2**60 + 1]) == [(2**60, 2**60 + 2)]

@@ -1,0 +1,178 @@
+"""What one instance's cache lost: block keys -> a code (1 + the tier it lost them from last), held
+as runs of consecutive keys.
+
+The recompute split (:mod:`agentsim.engine.recompute`) asks, for the blocks a finished request
+missed, which of them its instance had held and lost. Every removal from a tier is recorded, so
+on a run with lower tiers a block is recorded up to once per tier it leaves. The keys are the
+key allocator's ids, handed out in runs (a session's appended text takes consecutive ids), and a
+removal takes a node's tail: a run of consecutive keys, or a few. So the record is a set of
+disjoint runs ``[start, end)`` with one code each, adjacent runs of one code joined:
+
+* a removal of ``n`` keys in ``r`` runs costs ``r`` assignments, a few sorted-map operations each,
+  whatever ``n`` (a per-key record cost a Python step per key, and a dense array per instance
+  would cost a byte per key of the allocator's span on every instance);
+* memory is a few hundred bytes a run, and a tier removing a node piece by piece extends one
+  run instead of adding one per piece.
+
+The runs are a sorted list of starts (bisected in C) and a dict from start to ``end << 8 | code``.
+An insertion moves the list's tail, which at the few thousand runs an instance holds (3,600 on a
+rack after 40 minutes, at most 3,750 on four instances over a day) costs less than the tree
+bookkeeping of ``sortedcontainers.SortedDict`` (its positional lookups were 3 us each, most of
+the record's time on a day of four instances).
+
+Contract: :meth:`assign` gives every key of ``[start, end)`` the code (1..255), replacing what
+those keys had; :meth:`code` is a key's code, 0 for one never assigned (or dropped);
+:meth:`drop_below` forgets runs that end at or below a key, except those holding a kept key.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+_CODE_BITS = 8
+_CODE_MASK = (1 << _CODE_BITS) - 1
+
+
+class LossRuns:
+    """Disjoint key runs ``[start, end)`` -> code, adjacent runs of one code joined."""
+
+    __slots__ = ("_starts", "_packed")
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        #: start -> ``end << 8 | code``.
+        self._packed: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        """Number of runs."""
+        return len(self._starts)
+
+    def code(self, key: int) -> int:
+        """The code of ``key`` (0: not held)."""
+        i = bisect_right(self._starts, key) - 1
+        if i < 0:
+            return 0
+        packed = self._packed[self._starts[i]]
+        return packed & _CODE_MASK if key < packed >> _CODE_BITS else 0
+
+    def codes(self, runs) -> list[int]:
+        """The code of every key of ``runs`` (``(start, end)`` pairs, as
+        :func:`agentsim.engine.recompute.key_runs` gives a key sequence), in their order."""
+        starts, packed_of = self._starts, self._packed
+        out: list[int] = []
+        for start, end in runs:
+            i = bisect_right(starts, start) - 1
+            if i < 0:
+                i = 0
+            pos = start
+            n = len(starts)
+            while pos < end and i < n:
+                run_start = starts[i]
+                if run_start >= end:
+                    break
+                packed = packed_of[run_start]
+                run_end = packed >> _CODE_BITS
+                i += 1
+                if run_end <= pos:
+                    continue
+                if run_start > pos:
+                    out.extend([0] * (run_start - pos))
+                    pos = run_start
+                upto = run_end if run_end < end else end
+                out.extend([packed & _CODE_MASK] * (upto - pos))
+                pos = upto
+            if pos < end:
+                out.extend([0] * (end - pos))
+        return out
+
+    def assign(self, start: int, end: int, code: int) -> None:
+        """Give every key of ``[start, end)`` (``start < end``) the ``code`` (1..255)."""
+        starts, packed_of = self._starts, self._packed
+        i = bisect_right(starts, start) - 1
+        new_start, new_end = start, end
+        if i >= 0:
+            left = starts[i]
+            packed = packed_of[left]
+            left_end, left_code = packed >> _CODE_BITS, packed & _CODE_MASK
+            if left_end >= end and left_code == code:
+                return                                    # already so
+            if left_end > start or (left_end == start and left_code == code):
+                if left_code == code:                     # one run with the new one
+                    new_start = left
+                    del starts[i]
+                    del packed_of[left]
+                else:
+                    if left < start:
+                        packed_of[left] = start << _CODE_BITS | left_code   # its head stays
+                        i += 1
+                    else:
+                        del starts[i]
+                        del packed_of[left]
+                        # It started where the new run does: the run before may end there too.
+                        if i > 0:
+                            before = starts[i - 1]
+                            packed = packed_of[before]
+                            if packed >> _CODE_BITS == start and packed & _CODE_MASK == code:
+                                new_start = before
+                                i -= 1
+                                del starts[i]
+                                del packed_of[before]
+                    if left_end > end:                    # and its tail: nothing else overlaps
+                        starts.insert(i, new_start)
+                        packed_of[new_start] = new_end << _CODE_BITS | code
+                        starts.insert(i + 1, end)
+                        packed_of[end] = left_end << _CODE_BITS | left_code
+                        return
+            else:
+                i += 1
+        else:
+            i = 0
+        # Runs from position i start at or after ``start``: drop those starting up to ``end``
+        # (the one starting at ``end`` only if it has the same code, joined).
+        j = i
+        n = len(starts)
+        tail = None
+        while j < n:
+            inner = starts[j]
+            if inner > end:
+                break
+            packed = packed_of[inner]
+            inner_end, inner_code = packed >> _CODE_BITS, packed & _CODE_MASK
+            if inner == end and inner_code != code:
+                break                                     # touches it, another code: stays
+            del packed_of[inner]
+            j += 1
+            if inner_end > end:
+                if inner_code == code:
+                    new_end = inner_end
+                else:
+                    tail = (end, packed)
+                break
+        if tail is None:
+            starts[i:j] = [new_start]
+        else:
+            starts[i:j] = [new_start, tail[0]]
+            packed_of[tail[0]] = tail[1]
+        packed_of[new_start] = new_end << _CODE_BITS | code
+
+    def drop_below(self, oldest: int, kept: list[int]) -> int:
+        """Forget the runs that end at or below ``oldest``, but those holding a key of ``kept``
+        (sorted); returns how many were dropped."""
+        starts, packed_of = self._starts, self._packed
+        stay = []
+        dropped = 0
+        upto = bisect_left(starts, oldest)
+        for start in starts[:upto]:
+            end = packed_of[start] >> _CODE_BITS
+            at = bisect_left(kept, start)
+            if end > oldest or (at < len(kept) and kept[at] < end):
+                stay.append(start)
+            else:
+                del packed_of[start]
+                dropped += 1
+        starts[:upto] = stay
+        return dropped
+
+    def items(self) -> list[tuple[int, int, int]]:
+        """``(start, end, code)`` of every run, in key order."""
+        return [(start, self._packed[start] >> _CODE_BITS, self._packed[start] & _CODE_MASK) for start in self._starts]
