@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from agentsim.engine.loss_runs import LossRuns
-from agentsim.engine.recompute import RecomputeClassifier, key_runs
+from agentsim.engine.recompute import RecomputeClassifier
+from agentsim.workload.key_runs import key_runs, merged_runs
 
 
 class _Policy:
@@ -29,19 +30,32 @@ def _classifier(n_instances: int) -> RecomputeClassifier:
 def test_loss_record_matches_a_dict_per_instance(seed, longest, as_array):
     """``longest``: the longest removal (a full cache's evictions remove whole merged runs of
     hundreds of keys, not contiguous, and a key may come twice). ``as_array``: removals come as
-    ``array('q')`` (the agents' key type). Keys no call can send again (forgotten, or dead below
-    the oldest live key and not a shared prefix) are never asked about, so only the others are
-    compared."""
+    ``array('q')`` (the agents' key type). Keys no call can send again (an ended agent's: below
+    the oldest live key, or a range above it, but not a shared prefix) are never asked about, so
+    only the others are compared."""
     rng = random.Random(seed)
     n_instances = 8
     record = _classifier(n_instances)
     model: dict[int, dict[int, int]] = {i: {} for i in range(n_instances)}   # instance -> key -> 1 + tier
     protected = set(range(1, 40))                # shared prefixes: always live
     oldest = [1]
-    record.key_horizon = lambda: (oldest[0], protected)
-    record._purge_at = 30                        # purge often
+    ended: list[tuple[int, int]] = []            # ranges of keys of agents that ended
     next_key = 1
-    forgotten: set[int] = set()
+
+    def live_keys():
+        """[1, 40) and [oldest, next_key) but the ended ranges, as the agent driver gives them."""
+        runs, at = [(1, 40)], oldest[0]
+        for start, end in zip(*merged_runs(ended)):
+            if end > at and start < next_key:
+                if start > at:
+                    runs.append((at, start))
+                at = max(at, end)
+        if at < next_key:
+            runs.append((at, next_key))
+        return merged_runs(runs), next_key
+
+    record.live_keys = live_keys
+    record._purge_at = 30                        # purge often
     dropped_runs = 0
     for _ in range(3000):
         op = rng.random()
@@ -65,16 +79,16 @@ def test_loss_record_matches_a_dict_per_instance(seed, longest, as_array):
             for key in keys:
                 model[instance][key] = 1 + tier
         elif op < 0.7 and next_key > 50:
-            keys = list(range(rng.randrange(40, next_key), next_key))[:50]
-            record.forget(keys)
-            forgotten.update(keys)
+            start = rng.randrange(40, next_key)
+            ended.append((start, min(start + 50, next_key)))
         elif op < 0.75:
             oldest[0] = max(oldest[0], next_key - rng.randrange(0, 2000))
             runs_before = sum(len(lost) for lost in record._lost.values())
             record._purge()
             dropped_runs += runs_before - sum(len(lost) for lost in record._lost.values())
-    live = {k for held in model.values() for k in held} | set(range(1, next_key, 7))
-    probe = sorted(k for k in live - forgotten if k >= oldest[0] or k in protected)
+    dead = {k for start, end in ended for k in range(start, end)} - protected
+    asked = {k for held in model.values() for k in held} | set(range(1, next_key, 7))
+    probe = sorted(k for k in asked - dead if k >= oldest[0] or k in protected)
     for instance in range(n_instances):
         assert record._tiers_lost(instance, probe) == [model[instance].get(k, 0) for k in probe], instance
         assert record._tiers_lost(instance, array("q", probe)) == [model[instance].get(k, 0) for k in probe]
@@ -82,12 +96,12 @@ def test_loss_record_matches_a_dict_per_instance(seed, longest, as_array):
 
 
 def test_dead_keys_are_not_recorded_and_their_runs_are_purged():
-    """After a purge, removals of dead keys (below the oldest live key, no shared prefix among
-    them) add no run; runs holding a shared prefix key stay, whatever else they hold."""
+    """After a purge, removals of dead keys (in no live agent's context, no shared prefix among
+    them) add no run; runs holding a live key (here the shared prefix key 150) stay, whatever
+    else they hold."""
     record = _classifier(3)
     oldest = [1]
-    protected = {150}
-    record.key_horizon = lambda: (oldest[0], protected)
+    record.live_keys = lambda: (merged_runs([(150, 151), (oldest[0], 1000)]), 1000)
     for instance in range(3):
         record._record(instance, list(range(100, 140)), 0)   # dead after the horizon moves
         record._record(instance, list(range(145, 160)), 1)   # holds the shared key 150
@@ -110,10 +124,11 @@ def test_the_record_stays_flat_over_a_long_run():
     record = _classifier(1)
     window = 2000                                  # keys behind the newest that a live agent can send
     oldest = [1]
-    record.key_horizon = lambda: (oldest[0], set())
+    newest = [1]
+    record.live_keys = lambda: (merged_runs([(oldest[0], newest[0])]), newest[0])
     most_runs = 0
     for start in range(1, 400_000, 100):
-        oldest[0] = max(1, start - window)
+        oldest[0], newest[0] = max(1, start - window), start + 100
         record._record(0, list(range(start, start + 100, 10)), 0)     # a tenth of each range is lost
         most_runs = max(most_runs, len(record._lost[0]))
     assert most_runs <= 2 * 4096 + window // 10     # the purge threshold, doubled at most
@@ -193,7 +208,8 @@ def test_many_instances_each_keep_their_own_losses():
 def test_loss_runs_match_a_dict_of_keys(seed):
     """Assignments of random ranges (overlapping, touching, inside one another), with purges:
     every key's code is the dict's, the runs stay disjoint, sorted and joined where adjacent
-    with one code, and a purge keeps every key that is live (at or above the horizon, or kept)."""
+    with one code, and a purge keeps every live key and drops every run below ``top`` that
+    holds none."""
     rng = random.Random(seed)
     runs, model = LossRuns(), {}
     span = rng.choice((40, 250))
@@ -208,9 +224,14 @@ def test_loss_runs_match_a_dict_of_keys(seed):
         for (_, end, code_a), (start, _, code_b) in zip(items, items[1:]):
             assert end < start or (end == start and code_a != code_b), items
         if rng.random() < 0.05:
-            oldest, kept = rng.randrange(0, span), sorted(rng.sample(range(span), 3))
-            runs.drop_below(oldest, kept)
-            assert all(runs.code(k) == model.get(k, 0) for k in range(span + 40) if k >= oldest or k in kept)
+            live = sorted(rng.sample(range(span + 40), 4))
+            live_runs = merged_runs([(k, k + rng.randrange(1, 20)) for k in live])
+            top = rng.randrange(span // 2, span + 40)
+            runs.keep_live(*live_runs, top)
+            alive = {k for start, end in zip(*live_runs) for k in range(start, end)}
+            assert all(runs.code(k) == model.get(k, 0) for k in range(span + 40) if k in alive or k >= top)
+            for start, end, _ in runs.items():      # a run left below top holds a live key
+                assert end > top or any(start <= k < end for k in alive)
             model = {k: v for k, v in model.items() if runs.code(k) == v}   # dead keys may go
     keys = list(range(span + 40))
     assert [runs.code(k) for k in keys] == [model.get(k, 0) for k in keys]
@@ -226,3 +247,4 @@ def test_key_runs_cover_exactly_the_keys_in_order():
     assert key_runs([7, 5, 6]) == [(7, 8), (5, 7)]          # first - last spans n - 1, not one run
     assert key_runs([]) == [] and key_runs([3]) == [(3, 4)]
     assert key_runs([2**60, 2**60 + 1]) == [(2**60, 2**60 + 2)]
+    assert merged_runs([(5, 8), (1, 3), (3, 4), (6, 10), (20, 21)]) == ([1, 5, 20], [4, 10, 21])

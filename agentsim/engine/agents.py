@@ -22,6 +22,7 @@ import simpy
 from agentsim.cluster.request import LLMRequest
 from agentsim.workload.content import KeyAllocator, SharedPrefixes, TokenStream
 from agentsim.workload.distributions import Sampler, build
+from agentsim.workload.key_runs import key_runs, merged_runs
 
 
 @dataclass
@@ -106,10 +107,6 @@ class AgentDriver:
     #: ``on_resume(agent_id, request)``: the tool or human pause that followed ``request`` is over
     #: (the engine releases the agent's TTL-pin there: policy ``on_tool_end``).
     on_resume: Callable[[int, LLMRequest], None] | None = None
-    #: ``on_keys_retired(keys)``: no later call can send ``keys``: the private keys of an agent
-    #: (a session's main conversation or a sub-agent) that ended, or the keys a history rewrite
-    #: replaced (set by the engine).
-    on_keys_retired: Callable[[list[int]], None] | None = None
 
     def finished_issuing(self) -> bool:
         """After ``duration_s`` no agent issues a new call (in-flight ones still finish)."""
@@ -181,10 +178,8 @@ class AgentDriver:
         try:
             yield from self._conversation_calls(model, stream, rng, session_id, depth, n_calls, agent_id)
         finally:
-            # The agent is done: no later call can send its private keys.
+            # The agent is done: no later call can send its private keys (live_keys).
             del self.live_streams[id(stream)]
-            if self.on_keys_retired is not None:
-                self.on_keys_retired(stream.keys[stream.shared_blocks:])
 
     def _conversation_calls(self, model: AgentClassModel, stream: TokenStream, rng: np.random.Generator,
                             session_id: int, depth: int, n_calls: int, agent_id: int = -1):
@@ -249,10 +244,6 @@ class AgentDriver:
                     children.append(env.process(
                         self._conversation(model, child, child_rng, session_id, depth + 1, calls, agent_id=child_agent)))
                 yield simpy.AllOf(env, children)
-                if self.on_keys_retired is not None:
-                    # The siblings' shared start (the parent's last partial block and the
-                    # sub-agent system prompt) is no one's once they have all ended.
-                    self.on_keys_retired(base.keys[len(stream.keys):])
                 for _ in range(fanout):
                     stream.append(_tokens(model.sub_result, rng, 0, model.spec.max_context_tokens))
                 gap_s, gap_kind = env.now - start, "join"
@@ -286,20 +277,20 @@ class AgentDriver:
                 rewrite = _merge_rewrite(rewrite, last_instance, offset // self.block_tokens, last_cached_blocks)
                 mutations += 1
 
-    def key_horizon(self) -> tuple[int, set[int]]:
-        """(oldest key a live agent can still send apart from the shared prefixes, the shared
-        prefixes' keys): keys are allocated in increasing order and an agent's history only
-        grows or is rewritten with new keys, so every other key below the first is dead."""
-        oldest = self.alloc.peek()
+    def live_keys(self) -> tuple[tuple[list[int], list[int]], int]:
+        """``((starts, ends), top)``: the keys a live agent can still send, as the sorted starts
+        and ends of disjoint runs (every running agent's context, which holds its sub-agents'
+        shared start while they run, and every shared prefix made so far), and the next key the
+        allocator hands out. A key below ``top`` outside the runs is dead for good: an agent's
+        history only grows or is rewritten with new keys, and an ended agent's are never sent
+        again."""
+        runs: list[tuple[int, int]] = []
         for stream in self.live_streams.values():
-            keys = stream.keys
-            if len(keys) > stream.shared_blocks and keys[stream.shared_blocks] < oldest:
-                oldest = keys[stream.shared_blocks]
-        return oldest, self.prefixes.all_keys()
+            runs += key_runs(stream.keys)
+        runs += key_runs(sorted(self.prefixes.all_keys()))
+        return merged_runs(runs), self.alloc.peek()
 
     def _mutated(self, instance: int, old_keys: list[int], from_block: int) -> None:
-        if self.on_keys_retired is not None:
-            self.on_keys_retired(old_keys[from_block:])
         if self.on_mutation is not None and instance >= 0:
             self.on_mutation(instance, old_keys, from_block)
 

@@ -22,12 +22,12 @@ the record's time on a day of four instances).
 
 Contract: :meth:`assign` gives every key of ``[start, end)`` the code (1..255), replacing what
 those keys had; :meth:`code` is a key's code, 0 for one never assigned (or dropped);
-:meth:`drop_below` forgets runs that end at or below a key, except those holding a kept key.
+:meth:`keep_live` forgets the runs below a key that hold no live key.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 
 _CODE_BITS = 8
 _CODE_MASK = (1 << _CODE_BITS) - 1
@@ -57,7 +57,7 @@ class LossRuns:
 
     def codes(self, runs) -> list[int]:
         """The code of every key of ``runs`` (``(start, end)`` pairs, as
-        :func:`agentsim.engine.recompute.key_runs` gives a key sequence), in their order."""
+        :func:`agentsim.workload.key_runs.key_runs` gives a key sequence), in their order."""
         starts, packed_of = self._starts, self._packed
         out: list[int] = []
         for start, end in runs:
@@ -155,22 +155,24 @@ class LossRuns:
             packed_of[tail[0]] = tail[1]
         packed_of[new_start] = new_end << _CODE_BITS | code
 
-    def drop_below(self, oldest: int, kept: list[int]) -> int:
-        """Forget the runs that end at or below ``oldest``, but those holding a key of ``kept``
-        (sorted); returns how many were dropped."""
+    def keep_live(self, live_starts: list[int], live_ends: list[int], top: int) -> int:
+        """Forget the runs below ``top`` that hold no key of the live runs (sorted disjoint
+        ``[live_starts[i], live_ends[i])``); returns how many were dropped."""
         starts, packed_of = self._starts, self._packed
         stay = []
         dropped = 0
-        upto = bisect_left(starts, oldest)
-        for start in starts[:upto]:
+        for start in starts:
             end = packed_of[start] >> _CODE_BITS
-            at = bisect_left(kept, start)
-            if end > oldest or (at < len(kept) and kept[at] < end):
+            if end > top:
+                stay.append(start)
+                continue
+            i = bisect_right(live_starts, end - 1) - 1    # the last live run starting before end
+            if i >= 0 and live_ends[i] > start:
                 stay.append(start)
             else:
                 del packed_of[start]
                 dropped += 1
-        starts[:upto] = stay
+        starts[:] = stay
         return dropped
 
     def items(self) -> list[tuple[int, int, int]]:

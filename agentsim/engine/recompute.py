@@ -24,7 +24,7 @@ few run assignments however many keys it has, and a run costs a few hundred byte
 of a rack's event loop on its Python step per removed key, and 0.55 KB of memory per request.)
 Removals by a history rewrite are not kept (a rewritten key never recurs; the rewrite's positions
 say what was invalidated). Keys no call can send again are not asked about, so what they hold
-does not matter; the runs of dead keys (below the oldest live key, not shared prefixes) are
+does not matter; the runs of dead keys (in no live agent's context and no shared prefix) are
 dropped whenever the runs have doubled, and removals of keys already dead at the last purge are
 not recorded. Nothing is stored on the hit path: the hooks run on removals (the policies'
 ``on_remove``) and once per finished request.
@@ -32,10 +32,10 @@ not recorded. Nothing is stored on the hit path: the hooks run on removals (the 
 
 from __future__ import annotations
 
-from array import array
-from bisect import bisect_left
+from bisect import bisect_right
 
 from agentsim.engine.loss_runs import LossRuns
+from agentsim.workload.key_runs import key_runs
 
 #: Runs recorded before the first purge of dead keys; later purges wait until the runs double.
 _FIRST_PURGE_RUNS = 4096
@@ -49,35 +49,6 @@ def _removed_keys(obj, blocks: int):
     return keys[-blocks:] if blocks < len(keys) else keys
 
 
-def key_runs(keys) -> list[tuple[int, int]]:
-    """``keys`` (any order, repeats allowed) as runs ``[start, end)`` of consecutive keys, in the
-    order they come; together the runs hold exactly the keys."""
-    n = len(keys)
-    if n:
-        first = keys[0]
-        if keys[n - 1] - first == n - 1 and (n < 3 or keys == _ascending(keys, first, n)):
-            return [(first, first + n)]      # the common case, one run (compared in C)
-    runs: list[tuple[int, int]] = []
-    it = iter(keys)
-    for first in it:
-        start = last = first
-        for key in it:
-            if key == last + 1:
-                last = key
-                continue
-            runs.append((start, last + 1))
-            start = last = key
-        runs.append((start, last + 1))
-    return runs
-
-
-def _ascending(keys, first: int, n: int):
-    """``first .. first + n - 1`` in the sequence type of ``keys`` (an ``array`` or a list)."""
-    if type(keys) is array:
-        return array(keys.typecode, range(first, first + n))
-    return list(range(first, first + n))
-
-
 class RecomputeClassifier:
     """Records what each instance's cache lost and splits each finished request's recompute
     (see the module docstring). ``tier_names``: the tiers of the instances' caches, HBM first."""
@@ -87,19 +58,21 @@ class RecomputeClassifier:
         self.warmup_s = warmup_s
         #: instance id -> the runs of keys it lost, with 1 + the tier lost from last.
         self._lost: dict[int, LossRuns] = {}
-        #: ``() -> (oldest live key, protected keys)`` (the agent driver's ``key_horizon``):
-        #: when set, the runs of dead keys (below the oldest live key, not protected) are
-        #: dropped whenever the runs have doubled, since an ended agent's blocks are still
-        #: evicted (and recorded) after it ended.
-        self.key_horizon = None
+        #: ``() -> (live runs, top)`` (the agent driver's ``live_keys``): the keys a live agent can
+        #: still send, as sorted disjoint runs, and the next key the allocator hands out. When
+        #: set, the runs of dead keys (below ``top``, in no live run) are dropped whenever the
+        #: runs have doubled, since an ended agent's blocks are still evicted (and recorded)
+        #: after it ended.
+        self.live_keys = None
         self._purge_at = _FIRST_PURGE_RUNS
         self._runs = 0
-        #: Keys below this that are not protected are dead (the horizon at the last purge: the
-        #: oldest live key only moves up, and shared prefixes created later get keys above it),
-        #: so runs wholly of such keys are not recorded at all: on a long run the lower tiers
-        #: evict ended agents' blocks for hours.
-        self._dead_below = 0
-        self._protected: list[int] = []
+        #: The live runs and ``top`` at the last purge: a key below ``top`` in none of them was
+        #: dead then and stays dead (an agent's history only grows, or is rewritten with new
+        #: keys), so runs wholly of such keys are not recorded at all: on a long run the lower
+        #: tiers evict ended agents' blocks for hours.
+        self._live_starts: list[int] = []
+        self._live_ends: list[int] = []
+        self._dead_top = 0
         tiers_of = [list(getattr(inst.cache, "tiers", None) or [inst.cache]) for inst in instances]
         self.tier_names = [tier.name for tier in tiers_of[0]] if tiers_of else ["hbm"]
         #: Evicted tokens of measured requests (arrival after the warm-up), by tier lost from.
@@ -128,32 +101,26 @@ class RecomputeClassifier:
             lost = self._lost[instance] = LossRuns()
         before = len(lost)
         code = 1 + tier_index
-        dead_below = self._dead_below
+        dead_top = self._dead_top
         for start, end in key_runs(keys):
-            if end <= dead_below and not self._holds_protected(start, end):
-                continue                          # an ended agent's blocks (see _dead_below)
+            if end <= dead_top and self._dead(start, end):
+                continue                          # an ended agent's blocks (see _dead_top)
             lost.assign(start, end, code)
         self._runs += len(lost) - before
-        if self._runs > self._purge_at and self.key_horizon is not None:
+        if self._runs > self._purge_at and self.live_keys is not None:
             self._purge()
 
-    def _holds_protected(self, start: int, end: int) -> bool:
-        protected = self._protected
-        at = bisect_left(protected, start)
-        return at < len(protected) and protected[at] < end
+    def _dead(self, start: int, end: int) -> bool:
+        """Whether no key of ``[start, end)`` (below the last purge's ``top``) was live then."""
+        i = bisect_right(self._live_starts, end - 1) - 1   # the last live run starting before end
+        return i < 0 or self._live_ends[i] <= start
 
     def _purge(self) -> None:
-        oldest, protected = self.key_horizon()
-        self._dead_below, self._protected = oldest, sorted(protected)
+        (self._live_starts, self._live_ends), self._dead_top = self.live_keys()
         for lost in self._lost.values():
-            lost.drop_below(oldest, self._protected)
+            lost.keep_live(self._live_starts, self._live_ends, self._dead_top)
         self._runs = sum(len(lost) for lost in self._lost.values())
         self._purge_at = max(_FIRST_PURGE_RUNS, 2 * self._runs)
-
-    def forget(self, keys) -> None:
-        """``keys`` can never be requested again (their agent ended, or a rewrite replaced them).
-        Nothing to do: no call asks about them, and their runs go with the purges of dead keys
-        (a run may hold live keys too, so they are not cut out here)."""
 
     def _tiers_lost(self, instance: int, keys) -> list[int]:
         """For each of ``keys``: 1 + the tier ``instance`` lost it from, or 0 if it never did."""

@@ -184,8 +184,7 @@ class Simulation:
         self.recompute = None
         if scenario.run.recompute_split:
             self.recompute = RecomputeClassifier(self.instances, self.block_tokens, scenario.run.warmup_s)
-            self.driver.on_keys_retired = self.recompute.forget
-            self.recompute.key_horizon = getattr(self.driver, "key_horizon", None)
+            self.recompute.live_keys = getattr(self.driver, "live_keys", None)
         # Evictions by reason and link traffic over time (read-only samples, for the figures).
         self.timeseries = TimeSeriesSampler(self.instances, self.hierarchy)
         self.request_observers: list[Callable[[LLMRequest], None]] = []

@@ -1,0 +1,54 @@
+"""Block keys as runs of consecutive ints.
+
+The key allocator (:mod:`agentsim.workload.content`) hands out keys in runs: a session's appended
+text takes consecutive ids. Structures that follow keys by the run rather than by the key (the
+recompute split's loss record, the agents' live keys) use these two conversions.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+
+def key_runs(keys) -> list[tuple[int, int]]:
+    """``keys`` (any order, repeats allowed) as runs ``[start, end)`` of consecutive keys, in the
+    order they come; together the runs hold exactly the keys."""
+    n = len(keys)
+    if n:
+        first = keys[0]
+        if keys[n - 1] - first == n - 1 and (n < 3 or keys == _ascending(keys, first, n)):
+            return [(first, first + n)]      # the common case, one run (compared in C)
+    runs: list[tuple[int, int]] = []
+    it = iter(keys)
+    for first in it:
+        start = last = first
+        for key in it:
+            if key == last + 1:
+                last = key
+                continue
+            runs.append((start, last + 1))
+            start = last = key
+        runs.append((start, last + 1))
+    return runs
+
+
+def merged_runs(runs) -> tuple[list[int], list[int]]:
+    """``runs`` (``(start, end)`` pairs, any order, overlapping or not) as the sorted starts and
+    ends of disjoint runs holding the same keys (touching runs joined)."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for start, end in sorted(runs):
+        if ends and start <= ends[-1]:
+            if end > ends[-1]:
+                ends[-1] = end
+        else:
+            starts.append(start)
+            ends.append(end)
+    return starts, ends
+
+
+def _ascending(keys, first: int, n: int):
+    """``first .. first + n - 1`` in the sequence type of ``keys`` (an ``array`` or a list)."""
+    if type(keys) is array:
+        return array(keys.typecode, range(first, first + n))
+    return list(range(first, first + n))
