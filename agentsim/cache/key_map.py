@@ -8,15 +8,14 @@ for every value above 256); an ``array`` of 4-byte (or 8-byte) unsigned values i
 costs about three times an ``array``'s from Python, and these maps are read and written one key
 at a time on the eviction path), hence this small class.
 
-Contract: values are ints in ``1 .. 2**32 - 1`` (``typecode="Q"``: ``2**64 - 1``); 0 means absent (:meth:`get` returns it for a
-key never set). Keys inside the dense span, or close above it (the span grows by a quarter, so
-appends of new keys are amortised O(1)), live in the array; any other key (a trace's hash ids,
-negative keys, keys below a span moved up by :meth:`drop_below`) lives in a dict, so every key
-works. When the span must grow while fewer than a quarter of its slots are set (the low keys
-of a long run were removed; a few, such as shared prefixes, remain), its start moves up past
-the low ones first and those few move to the dict, so a long run's span follows its live keys
-(unless built with ``rebase=False``: a map whose keys are a sparse subset of another map's,
-whose span it follows through :meth:`drop_below`).
+Contract: values are ints in ``1 .. 2**32 - 1`` (``typecode="Q"``: ``2**64 - 1``); 0 means
+absent (:meth:`get` returns it for a key never set). Keys inside the dense span, or close above
+it (the span grows by a quarter, so appends of new keys are amortised O(1)), live in the array;
+any other key (a trace's hash ids, negative keys, keys below a span that moved up) lives in a
+dict, so every key works. When the span must grow while fewer than a quarter of its slots are
+set (the low keys of a long run were removed; a few, such as shared prefixes, remain), its start
+moves up past the low ones first and those few move to the dict, so a long run's span follows
+its live keys.
 
 Growth by a quarter rather than doubling: the span's unset tail (keys not yet allocated) is
 at most a fifth of it instead of half. The array is resized in place (``realloc``, which for
@@ -40,47 +39,18 @@ _REBASE_MIN = 1 << 16
 _REBASE_MOVES = 4096
 
 
-def _as_int64(keys) -> np.ndarray:
-    """``keys`` (an ``array('q')``, read in place, or a sequence of ints) as an int64 array."""
-    if isinstance(keys, array) and keys.typecode == "q":
-        return np.frombuffer(keys, dtype=np.int64)
-    return np.asarray(keys, dtype=np.int64)
-
-
-def distinct(offsets: np.ndarray) -> np.ndarray:
-    """``offsets`` without repeats. Keys come almost always as one increasing run (a node's
-    blocks or a session's stream, in allocation order), which is returned as it is; only
-    otherwise does it go through ``np.unique``, whose sort and hash were the loss record's
-    largest array cost on a day-long run (19 us a request, profiled, where a removal counted
-    the keys it newly set)."""
-    if len(offsets) < 2 or bool((offsets[1:] > offsets[:-1]).all()):
-        return offsets
-    return np.unique(offsets)
-
-
 class DenseKeyMap:
     """``key -> value`` (positive int), an ``array('I')`` over a span of keys plus a dict beyond it."""
 
-    __slots__ = ("values", "base", "far", "count", "rebase")
+    __slots__ = ("values", "base", "far", "count")
 
-    def __init__(self, typecode: str = "I", rebase: bool = True) -> None:
+    def __init__(self, typecode: str = "I") -> None:
         self.values = array(typecode)
         #: The key stored at ``values[0]``.
         self.base = 0
         self.far: dict[int, int] = {}
         #: Number of keys set (dense and far).
         self.count = 0
-        #: Whether a growing, mostly unset span may move its start up (see the module docstring).
-        self.rebase = rebase
-
-    def cover(self, start: int, end: int) -> None:
-        """Make an empty map's dense span ``[start, end)`` (all unset), so that keys in it are
-        dense from the first one on: a map created late in a run (its first keys far above 0)
-        would otherwise put every key in its dict until one came within the growth slack of 0."""
-        if self.count or len(self.values):
-            raise ValueError("cover() needs an empty map")
-        self.base = start
-        self.values.frombytes(bytes(self.values.itemsize * max(0, end - start)))
 
     def __len__(self) -> int:
         return self.count
@@ -90,12 +60,6 @@ class DenseKeyMap:
         if 0 <= i < len(self.values):
             return self.values[i]
         return self.far.get(key, 0)
-
-    def grows_for(self, key: int) -> bool:
-        """Whether :meth:`set` of ``key`` would extend the dense span (a key at or close above
-        its end), so an owner can drop dead keys first and let the span grow from there."""
-        size = len(self.values)
-        return size <= key - self.base < 2 * size + _GROWTH_SLACK
 
     def set(self, key: int, value: int) -> None:
         """Set ``key`` to ``value`` (> 0)."""
@@ -108,8 +72,7 @@ class DenseKeyMap:
             values[i] = value
             return
         if size <= i < 2 * size + _GROWTH_SLACK:
-            if (self.rebase and size >= _REBASE_MIN and 4 * (self.count - len(self.far)) < size
-                    and self._rebase()):
+            if size >= _REBASE_MIN and 4 * (self.count - len(self.far)) < size and self._rebase():
                 self.set(key, value)      # the span moved up: place the key again
                 return
             self._grow_to(i + 1)
@@ -170,86 +133,6 @@ class DenseKeyMap:
         if value:
             self.count -= 1
         return value
-
-    def fill_many(self, keys, value: int) -> None:
-        """Set every key of ``keys`` (an ``array('q')`` or a sequence of ints) at or above the
-        span's start to ``value`` (> 0); the span grows to cover them, as :meth:`set` would
-        (keys far above it go to the dict). Keys below the span's start are left alone (an owner
-        that moved the start there holds them dead). One vectorised pass, as :meth:`pop_many`."""
-        if not len(keys):
-            return
-        wanted = _as_int64(keys)
-        offsets = wanted - self.base
-        offsets = offsets[offsets >= 0]
-        if not len(offsets):
-            return
-        values = self.values
-        size = len(values)
-        far = offsets >= 2 * size + _GROWTH_SLACK
-        if far.any():
-            for key in (offsets[far] + self.base).tolist():
-                if key not in self.far:
-                    self.count += 1
-                self.far[key] = value
-            offsets = offsets[~far]
-            if not len(offsets):
-                return
-        end = int(offsets.max()) + 1
-        if end > size:
-            self._grow_to(end)
-        view = np.frombuffer(values, dtype=np.dtype(values.typecode))
-        slots = distinct(offsets)
-        self.count += int(np.count_nonzero(view[slots] == 0))
-        view[slots] = value
-        del view                                # the array cannot grow while exported
-
-    def pop_many(self, keys) -> list[int]:
-        """Unset every key of ``keys`` (an ``array('q')`` or a sequence of ints); returns the
-        keys that were set, each once, in no particular order. One vectorised pass over the
-        dense span (an ended agent forgets thousands of keys at once), a dict pop per far key."""
-        if not len(keys):
-            return []
-        wanted = _as_int64(keys)
-        values = self.values
-        offsets = wanted - self.base
-        inside = (offsets >= 0) & (offsets < len(values))
-        out: list[int] = []
-        if len(values):
-            view = np.frombuffer(values, dtype=np.dtype(values.typecode))
-            slots = distinct(offsets[inside])     # a key given twice is unset once
-            slots = slots[view[slots] != 0]
-            view[slots] = 0
-            del view                            # the array cannot grow while exported
-            self.count -= len(slots)
-            out = (slots + self.base).tolist()
-        if self.far:
-            far = self.far
-            for key in wanted[~inside].tolist():
-                if far.pop(key, 0):
-                    self.count -= 1
-                    out.append(key)
-        return out
-
-    def drop_below(self, oldest: int, keep) -> None:
-        """Unset every key below ``oldest`` that is not in ``keep`` (a set), and move the dense
-        span's start up to ``oldest`` (the kept keys below it move to the dict)."""
-        values = self.values
-        shift = min(oldest - self.base, len(values))
-        if shift > 0:
-            moved = {}
-            for key in keep:
-                i = key - self.base
-                if 0 <= i < shift and values[i]:
-                    moved[key] = values[i]
-            self.count -= shift - values[:shift].count(0)
-            del values[:shift]
-            self.base += shift
-            self.far.update(moved)
-            self.count += len(moved)
-        if self.far:
-            kept = {k: v for k, v in self.far.items() if k >= oldest or k in keep}
-            self.count -= len(self.far) - len(kept)
-            self.far = kept
 
     def state_bytes(self) -> int:
         """Memory held (an estimate for the dict: 100 bytes a key)."""
