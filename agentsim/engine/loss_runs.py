@@ -8,9 +8,9 @@ key allocator's ids, handed out in runs (a session's appended text takes consecu
 removal takes a node's tail: a run of consecutive keys, or a few. So the record is a set of
 disjoint runs ``[start, end)`` with one code each, adjacent runs of one code joined:
 
-* a removal of ``n`` keys in ``r`` runs costs ``r`` assignments, a few sorted-map operations each,
-  whatever ``n`` (a per-key record cost a Python step per key, and a dense array per instance
-  would cost a byte per key of the allocator's span on every instance);
+* a removal of ``n`` keys in ``r`` runs costs ``r`` assignments (a bisection and a few list and
+  dict operations each), whatever ``n`` (a per-key record cost a Python step per key, and a
+  dense array per instance would cost a byte per key of the allocator's span on every instance);
 * memory is a few hundred bytes a run, and a tier removing a node piece by piece extends one
   run instead of adding one per piece.
 
