@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentsim.engine.loss_runs import LossRuns
+from agentsim.engine.loss_runs import BucketedLossRuns, LossRuns
 from agentsim.engine.recompute import RecomputeClassifier
 from agentsim.workload.key_runs import key_runs, merged_runs
 
@@ -204,14 +204,17 @@ def test_many_instances_each_keep_their_own_losses():
         assert record._tiers_lost(instance, keys) == [1 + instance % 3] * n + [0] * (100 - n)
 
 
+@pytest.mark.parametrize("bucket_bits", [None, 4, 6], ids=["flat", "buckets-16", "buckets-64"])
 @pytest.mark.parametrize("seed", range(40))
-def test_loss_runs_match_a_dict_of_keys(seed):
+def test_loss_runs_match_a_dict_of_keys(seed, bucket_bits):
     """Assignments of random ranges (overlapping, touching, inside one another), with purges:
     every key's code is the dict's, the runs stay disjoint, sorted and joined where adjacent
-    with one code, and a purge keeps every live key and drops every run below ``top`` that
-    holds none."""
+    with one code (but at a bucket's edge, for the bucketed record), the run count is the runs
+    listed, and a purge keeps every live key and drops every run below ``top`` that holds
+    none."""
     rng = random.Random(seed)
-    runs, model = LossRuns(), {}
+    runs, model = (LossRuns() if bucket_bits is None else BucketedLossRuns(bucket_bits)), {}
+    edge = 1 << 62 if bucket_bits is None else 1 << bucket_bits
     span = rng.choice((40, 250))
     for _ in range(400):
         a = rng.randrange(0, span)
@@ -220,9 +223,9 @@ def test_loss_runs_match_a_dict_of_keys(seed):
         runs.assign(a, b, code)
         model.update({k: code for k in range(a, b)})
         items = runs.items()
-        assert all(s < e for s, e, _ in items)
+        assert all(s < e for s, e, _ in items) and len(runs) == len(items)
         for (_, end, code_a), (start, _, code_b) in zip(items, items[1:]):
-            assert end < start or (end == start and code_a != code_b), items
+            assert end < start or (end == start and (code_a != code_b or start % edge == 0)), items
         if rng.random() < 0.05:
             live = sorted(rng.sample(range(span + 40), 4))
             live_runs = merged_runs([(k, k + rng.randrange(1, 20)) for k in live])
@@ -248,3 +251,20 @@ def test_key_runs_cover_exactly_the_keys_in_order():
     assert key_runs([]) == [] and key_runs([3]) == [(3, 4)]
     assert key_runs([2**60, 2**60 + 1]) == [(2**60, 2**60 + 2)]
     assert merged_runs([(5, 8), (1, 3), (3, 4), (6, 10), (20, 21)]) == ([1, 5, 20], [4, 10, 21])
+
+
+def test_key_runs_of_long_arrays_match_the_list_path():
+    """Arrays long enough for the numpy path give the runs the per-key loop gives their list:
+    runs of many lengths, repeats, steps down and far jumps, the array still growable after."""
+    rng = random.Random(11)
+    for _ in range(300):
+        keys, key = [], rng.randint(0, 10**6)
+        for _ in range(rng.randint(256, 1500)):
+            r = rng.random()
+            key = rng.randint(0, 10**6) if r < 0.05 else key if r < 0.08 else key - 1 if r < 0.1 else key + 1
+            keys.append(key)
+        as_array = array("q", keys)
+        runs = key_runs(as_array)
+        assert runs == key_runs(keys)
+        assert sum(end - start for start, end in runs) == len(keys)
+        as_array.append(0)                       # numpy released the buffer

@@ -17,7 +17,7 @@ including tokens no cache could have held. :class:`RecomputeClassifier` splits i
 The three sum to ``recomputed_tokens`` (checked with ``run.check_invariants``).
 
 Memory and cost: what each instance lost is kept as runs of consecutive block keys with the
-tier they were last lost from (:class:`~agentsim.engine.loss_runs.LossRuns`, one per instance):
+tier they were last lost from (:class:`~agentsim.engine.loss_runs.BucketedLossRuns`, one per instance):
 the key allocator hands out keys in runs and a removal takes a node's tail, so a removal is a
 few run assignments however many keys it has, and a run costs a few hundred bytes however long.
 (A per-key record, dense over the allocator's ids in layers by owner, cost a quarter to a third
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from agentsim.engine.loss_runs import LossRuns
+from agentsim.engine.loss_runs import BucketedLossRuns
 from agentsim.workload.key_runs import key_runs
 
 #: Runs recorded before the first purge of dead keys; later purges wait until the runs double.
@@ -57,7 +57,7 @@ class RecomputeClassifier:
         self.block_tokens = block_tokens
         self.warmup_s = warmup_s
         #: instance id -> the runs of keys it lost, with 1 + the tier lost from last.
-        self._lost: dict[int, LossRuns] = {}
+        self._lost: dict[int, BucketedLossRuns] = {}
         #: ``() -> (live runs, top)`` (the agent driver's ``live_keys``): the keys a live agent can
         #: still send, as sorted disjoint runs, and the next key the allocator hands out. When
         #: set, the runs of dead keys (below ``top``, in no live run) are dropped whenever the
@@ -98,22 +98,24 @@ class RecomputeClassifier:
             return
         lost = self._lost.get(instance)
         if lost is None:
-            lost = self._lost[instance] = LossRuns()
+            lost = self._lost[instance] = BucketedLossRuns()
         before = len(lost)
         code = 1 + tier_index
         dead_top = self._dead_top
+        live_starts, live_ends = self._live_starts, self._live_ends
+        assign = lost.assign
         for start, end in key_runs(keys):
-            if end <= dead_top and self._dead(start, end):
-                continue                          # an ended agent's blocks (see _dead_top)
-            lost.assign(start, end, code)
+            if end <= dead_top:
+                # Dead if no key of [start, end) was live at the last purge: the last live run
+                # starting before ``end`` ends by ``start``. Inline: a removal has one run per
+                # call of a session, and this runs for each.
+                i = bisect_right(live_starts, end - 1) - 1
+                if i < 0 or live_ends[i] <= start:
+                    continue                      # an ended agent's blocks (see _dead_top)
+            assign(start, end, code)
         self._runs += len(lost) - before
         if self._runs > self._purge_at and self.live_keys is not None:
             self._purge()
-
-    def _dead(self, start: int, end: int) -> bool:
-        """Whether no key of ``[start, end)`` (below the last purge's ``top``) was live then."""
-        i = bisect_right(self._live_starts, end - 1) - 1   # the last live run starting before end
-        return i < 0 or self._live_ends[i] <= start
 
     def _purge(self) -> None:
         (self._live_starts, self._live_ends), self._dead_top = self.live_keys()

@@ -23,6 +23,7 @@ process version gave.
 from __future__ import annotations
 
 from functools import partial
+from operator import attrgetter
 
 import simpy
 from simpy.events import URGENT
@@ -36,6 +37,10 @@ class _Transfer:
         self.remaining_bytes = size_bytes
         self.done = done
         self.transfer_id = transfer_id
+
+
+_remaining_of = attrgetter("remaining_bytes")
+_size_of = attrgetter("size_bytes")
 
 
 class Link:
@@ -137,21 +142,34 @@ class Link:
         # Finish everything that is (numerically) done, then arm one timer for the next finisher.
         # A transfer is done when what is left would take less than the clock can resolve
         # (float round-off of the fluid model must not spin zero-length timers).
-        n = len(self.active)
+        active = self.active
+        n = len(active)
+        if not n:
+            self._timer_token += 1
+            return
         tiny_s = 1e-12 * max(1.0, self.env.now)
-        finished = [tr for tr in self.active
-                    if tr.remaining_bytes <= max(1e-9 * tr.size_bytes, 1.0)
-                    or tr.remaining_bytes * n / self.bandwidth_bytes_per_s <= tiny_s]
+        shortest = min(map(_remaining_of, active))
+        # Every transfer has at least ``shortest`` left, so none is done unless the shortest
+        # could be: only then is each one's own threshold checked (a link shared by a fleet's
+        # instances has hundreds of transfers, and most changes finish none).
+        if (shortest <= 1.0 or shortest * n / self.bandwidth_bytes_per_s <= tiny_s
+                or shortest <= 1e-9 * max(map(_size_of, active))):
+            finished = [tr for tr in active
+                        if tr.remaining_bytes <= max(1e-9 * tr.size_bytes, 1.0)
+                        or tr.remaining_bytes * n / self.bandwidth_bytes_per_s <= tiny_s]
+        else:
+            finished = None
         if finished:
             for tr in finished:
                 self.bytes_total += tr.remaining_bytes
                 tr.remaining_bytes = 0.0
                 tr.done.succeed()
             self.active = [tr for tr in self.active if tr.remaining_bytes > 0]
+            if self.active:
+                shortest = min(map(_remaining_of, self.active))
         self._timer_token += 1
         if not self.active:
             return
-        shortest = min(tr.remaining_bytes for tr in self.active)
         self._start_timer(shortest * len(self.active) / self.bandwidth_bytes_per_s, self._timer_token)
 
     def _start_timer(self, delay_s: float, token: int) -> None:

@@ -9,6 +9,14 @@ from __future__ import annotations
 
 from array import array
 
+import numpy as np
+
+#: Arrays of at least this many keys that are not one run are split with numpy rather than by the
+#: per-key loop: a long-lived session's history is one run per call, and a whole evicted node
+#: (``eviction_granularity: node``) can hold thousands of keys. numpy's fixed cost (about 9 us)
+#: equals the loop's (about 35 ns a key) near 250 keys; at 800 keys it takes 12 us against 28.
+_NUMPY_MIN_KEYS = 256
+
 
 def key_runs(keys) -> list[tuple[int, int]]:
     """``keys`` (any order, repeats allowed) as runs ``[start, end)`` of consecutive keys, in the
@@ -18,6 +26,8 @@ def key_runs(keys) -> list[tuple[int, int]]:
         first = keys[0]
         if keys[n - 1] - first == n - 1 and (n < 3 or keys == _ascending(keys, first, n)):
             return [(first, first + n)]      # the common case, one run (compared in C)
+        if n >= _NUMPY_MIN_KEYS and type(keys) is array and keys.typecode == "q":
+            return _array_runs(keys)
     runs: list[tuple[int, int]] = []
     it = iter(keys)
     for first in it:
@@ -45,6 +55,17 @@ def merged_runs(runs) -> tuple[list[int], list[int]]:
             starts.append(start)
             ends.append(end)
     return starts, ends
+
+
+def _array_runs(keys: array) -> list[tuple[int, int]]:
+    """:func:`key_runs` of an ``array('q')``, with numpy: a run ends where the next key is not
+    the last plus one."""
+    view = np.frombuffer(keys, dtype=np.int64)
+    cut = np.flatnonzero(np.diff(view) != 1) + 1          # the index each later run starts at
+    starts = view[np.concatenate(([0], cut))]
+    ends = view[np.concatenate((cut - 1, [len(view) - 1]))] + 1
+    del view                                              # release the array's buffer
+    return list(zip(starts.tolist(), ends.tolist()))
 
 
 def _ascending(keys, first: int, n: int):
