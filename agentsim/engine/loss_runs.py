@@ -18,7 +18,8 @@ The runs are a sorted list of starts (bisected in C) and a dict from start to ``
 An insertion moves the list's tail, which at the few thousand runs an instance holds (3,600 on a
 rack after 40 minutes, at most 3,750 on four instances over a day) costs less than the tree
 bookkeeping of ``sortedcontainers.SortedDict`` (its positional lookups were 3 us each, most of
-the record's time on a day of four instances).
+the record's time on a day of four instances). A fleet's instances hold far more runs, so the
+recompute split keeps one :class:`LossRuns` per bucket of keys (:class:`BucketedLossRuns`).
 
 Contract: :meth:`assign` gives every key of ``[start, end)`` the code (1..255), replacing what
 those keys had; :meth:`code` is a key's code, 0 for one never assigned (or dropped);
