@@ -68,3 +68,28 @@ def test_an_exception_inside_the_block_still_unfreezes():
             assert gc.get_freeze_count() > 0
             raise RuntimeError("boom")
     assert gc.get_freeze_count() == 0
+
+
+def test_survivors_are_also_frozen_every_few_finished_requests(small_scenario_yaml, monkeypatch):
+    """Besides every time-series sample, every ``FREEZE_EVERY_REQUESTS`` finished requests: a
+    fleet day samples every 432 simulated seconds, tens of thousands of requests apart."""
+    from contextlib import contextmanager
+
+    from agentsim.engine import simulation
+
+    def freezes(every: int) -> tuple[int, int]:
+        calls: list[int] = []
+
+        @contextmanager
+        def counting():
+            yield lambda: calls.append(1)
+
+        monkeypatch.setattr(simulation, "freezing_collector", counting)
+        monkeypatch.setattr(simulation, "FREEZE_EVERY_REQUESTS", every)
+        sim = Simulation(load_scenario(small_scenario_yaml))
+        sim.run()
+        return len(calls), len(sim.request_records)
+
+    by_samples, _ = freezes(10**9)
+    both, finished = freezes(3)
+    assert finished > 30 and both == by_samples + finished // 3

@@ -9,7 +9,13 @@ cost per request that grew with simulated time (0.075 ms in the first 10 minutes
 the last).
 
 So the event loop periodically moves what has survived so far into the permanent generation
-(``gc.freeze``), where collections never look again. Collections of young objects go on as
+(``gc.freeze``), where collections never look again: at every time-series sample and every
+:data:`FREEZE_EVERY_REQUESTS` finished requests. The cadence must follow the work, not only the
+simulated time: a fleet day samples every 432 simulated seconds, 65,000 requests at its peak,
+and in between the young generations' collections grew with the unfrozen survivors (a
+40-minute slice of its peak with that cadence spent 8.3 s in the collector, 3.3 s of it in 149
+generation-1 collections; freezing every 500 requests as well, 2.4 s, 0.05 s of it in
+generation 1). A freeze only splices the collector's lists, so it costs nothing to do often. Collections of young objects go on as
 usual, so short-lived cycles are still freed. On exit every frozen object is handed back
 (``gc.unfreeze``), so a finished run's objects are freed as usual and a process that runs many
 simulations (a sweep, a notebook) does not grow. If someone else froze objects before the run
@@ -21,6 +27,10 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from typing import Callable, Iterator
+
+
+#: Finished requests between two freezes (besides the freeze at every time-series sample).
+FREEZE_EVERY_REQUESTS = 500
 
 
 def _no_op() -> None:

@@ -30,7 +30,7 @@ from agentsim.engine.economics import economics_summary
 from agentsim.metrics.summary import rows_where, summarize_requests
 from agentsim.engine.agentic import AgenticWiring
 from agentsim.engine.policy_factory import eviction_policy
-from agentsim.engine.collector import freezing_collector
+from agentsim.engine.collector import FREEZE_EVERY_REQUESTS, freezing_collector
 from agentsim.engine.deployment import deployment_summary
 from agentsim.engine.drain import DrainLimit
 from agentsim.engine.diagnostics import RunDiagnostics
@@ -201,6 +201,7 @@ class Simulation:
         self.stop_reason: str | None = None
         self._stop_after_served: int | None = None   # served requests still to go (stop_request.after_served)
         self._freeze_survivors: Callable[[], None] = lambda: None   # set while the events run
+        self._finishes_to_freeze = FREEZE_EVERY_REQUESTS
 
     def _on_mutation(self, instance: int, old_keys: list[int], from_block: int) -> None:
         """An agent rewrote its history: its old blocks past the offset are dead (reason mutation)."""
@@ -294,6 +295,10 @@ class Simulation:
         for tier, tokens in tier_hits.items():
             if tokens:
                 self.tier_hit_records.append(TierHitRecord(request.request_id, tier, tokens))
+        self._finishes_to_freeze -= 1
+        if not self._finishes_to_freeze:       # agentsim.engine.collector: freeze what survived
+            self._finishes_to_freeze = FREEZE_EVERY_REQUESTS
+            self._freeze_survivors()
         if self._stop_after_served is not None and not request.rejected:
             self._stop_after_served -= 1
             if self._stop_after_served <= 0:
