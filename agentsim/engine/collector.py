@@ -15,8 +15,8 @@ simulated time: a fleet day samples every 432 simulated seconds, 65,000 requests
 and in between the young generations' collections grew with the unfrozen survivors (a
 40-minute slice of its peak with that cadence spent 8.3 s in the collector, 3.3 s of it in 149
 generation-1 collections; freezing every 500 requests as well, 2.4 s, 0.05 s of it in
-generation 1). A freeze only splices the collector's lists, so it costs nothing to do often. Collections of young objects go on as
-usual, so short-lived cycles are still freed. On exit every frozen object is handed back
+generation 1). A freeze only splices the collector's lists, so it costs nothing to do often.
+Collections of young objects go on as usual, so short-lived cycles are still freed. On exit every frozen object is handed back
 (``gc.unfreeze``), so a finished run's objects are freed as usual and a process that runs many
 simulations (a sweep, a notebook) does not grow. If someone else froze objects before the run
 (e.g. a pre-fork server), the collector is left alone: unfreezing would hand their objects back.

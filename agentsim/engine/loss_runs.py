@@ -243,22 +243,16 @@ class BucketedLossRuns:
         """Give every key of ``[start, end)`` (``start < end``) the ``code`` (1..255)."""
         buckets = self._buckets
         bucket = start >> self._shift
-        if (end - 1) >> self._shift == bucket:          # the common case: inside one bucket
+        # Inside one bucket is the common case: no call to cut the run.
+        pieces = ((bucket, start, end),) if (end - 1) >> self._shift == bucket else self._pieces(start, end)
+        for bucket, piece_start, piece_end in pieces:
             held = buckets.get(bucket)
             if held is None:
                 held = buckets[bucket] = LossRuns()
             starts = held._starts
             before = len(starts)
-            held.assign(start, end, code)
-            self._runs += len(starts) - before
-            return
-        for bucket, piece_start, piece_end in self._pieces(start, end):
-            held = buckets.get(bucket)
-            if held is None:
-                held = buckets[bucket] = LossRuns()
-            before = len(held._starts)
             held.assign(piece_start, piece_end, code)
-            self._runs += len(held._starts) - before
+            self._runs += len(starts) - before
 
     def keep_live(self, live_starts: list[int], live_ends: list[int], top: int) -> int:
         """:meth:`LossRuns.keep_live` on every bucket (empty buckets dropped); returns how many
