@@ -1,5 +1,5 @@
 """Block keys are held compactly wherever they are stored for the long term: token streams, the
-requests' key slices and the tiered cache's runs (merged runs included) are ``array('q')`` (8
+requests' key slices and the tiered cache's runs (merged runs included) are ``array('I')`` (4
 bytes a key), not lists of int objects (about 40 bytes a key); a request holds one array of
 keys (its prompt's are a prefix of its total's)."""
 
@@ -9,12 +9,12 @@ from array import array
 from agentsim.cache.tiers import TieredCache
 from agentsim.engine.loading import load_scenario
 from agentsim.engine.simulation import Simulation
-from agentsim.workload.content import KeyAllocator, TokenStream
+from agentsim.workload.content import KEY_TYPECODE, KeyAllocator, TokenStream
 from tests.conftest import ROOT
 
 
 def _is_compact(keys) -> bool:
-    return type(keys) is array and keys.typecode == "q"
+    return type(keys) is array and keys.typecode == KEY_TYPECODE == "I"
 
 
 def test_token_stream_keys_stay_arrays_through_every_edit():

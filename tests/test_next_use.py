@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import bisect
 import random
+from array import array
 
 import pytest
 
-from agentsim.cache.policies._next_use import (PREFIX_RUNS_MIN_MEAN_KEYS, build_index, index_by_prefix_runs,
-                                               index_by_sorting, index_in_python)
+from agentsim.cache.policies._next_use import (PREFIX_RUNS_MIN_MEAN_KEYS, _common_typecode, build_index,
+                                               index_by_prefix_runs, index_by_sorting, index_in_python)
 from agentsim.cache.policies.belady import NEVER, Belady
 
 
@@ -106,3 +107,15 @@ def test_belady_uses_the_same_future_whichever_builder_ran():
         policy.begin_request(position)
         for key in {k for r in long_requests for k in r}:
             assert policy.next_use(key) == next_use(reference, key, position)
+
+
+@pytest.mark.parametrize("typecode", ["I", "q"])   # the agents' 32-bit keys, the traces' 64-bit ones
+def test_the_sort_reads_compact_key_arrays_as_their_lists(typecode):
+    requests = [r for seed in range(5) for r in agent_stream(seed)]
+    requests.append([2**32 - 1, 2**32 - 2])                  # the 32-bit type's largest keys
+    as_arrays = [array(typecode, r) for r in requests]
+    assert _common_typecode(as_arrays) == typecode             # the buffers are joined, no per-key loop
+    assert answers(index_by_sorting(as_arrays), requests) == answers(index_by_sorting(requests), requests)
+    mixed = as_arrays[:-1] + [array("q" if typecode == "I" else "I", requests[-1])]
+    assert _common_typecode(mixed) is None and _common_typecode([]) is None
+    assert answers(index_by_sorting(mixed), requests) == answers(index_by_sorting(requests), requests)

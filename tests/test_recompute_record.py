@@ -253,17 +253,21 @@ def test_key_runs_cover_exactly_the_keys_in_order():
     assert merged_runs([(5, 8), (1, 3), (3, 4), (6, 10), (20, 21)]) == ([1, 5, 20], [4, 10, 21])
 
 
-def test_key_runs_of_long_arrays_match_the_list_path():
+@pytest.mark.parametrize("typecode", ["q", "I"])     # traces' 64-bit keys, the agents' 32-bit ones
+def test_key_runs_of_long_arrays_match_the_list_path(typecode):
     """Arrays long enough for the numpy path give the runs the per-key loop gives their list:
-    runs of many lengths, repeats, steps down and far jumps, the array still growable after."""
+    runs of many lengths, repeats, steps down and far jumps (to the 32-bit type's last key too,
+    where an unsigned step down would wrap), the array still growable after."""
     rng = random.Random(11)
+    top = 2**32 - 1
     for _ in range(300):
         keys, key = [], rng.randint(0, 10**6)
         for _ in range(rng.randint(256, 1500)):
             r = rng.random()
-            key = rng.randint(0, 10**6) if r < 0.05 else key if r < 0.08 else key - 1 if r < 0.1 else key + 1
+            key = (rng.choice([rng.randint(0, 10**6), top]) if r < 0.05 else key if r < 0.08
+                   else max(0, key - 1) if r < 0.1 else min(top, key + 1))
             keys.append(key)
-        as_array = array("q", keys)
+        as_array = array(typecode, keys)
         runs = key_runs(as_array)
         assert runs == key_runs(keys)
         assert sum(end - start for start, end in runs) == len(keys)

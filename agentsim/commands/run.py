@@ -97,7 +97,13 @@ def register(app: typer.Typer) -> None:
             console.print(f"results written to {out_dir}/")
         if result.summary.get("complete") is False:
             summary = result.summary
-            sys.stderr.write(f"{stop.reason} at t={summary.get('simulated_s', 0.0):.1f} simulated s: "
-                             f"{summary.get('requests', 0)} finished requests written to {out_dir}/ "
-                             "(summary.json: complete false)\n")
+            reason = summary.get("incomplete_reason") or stop.reason
+            written = (f"at t={summary.get('simulated_s', 0.0):.1f} simulated s: {summary.get('requests', 0)} "
+                       f"finished requests written to {out_dir}/ (summary.json: complete false)")
+            if not caught:
+                # The simulation stopped itself (its key allocator ran out): too big a run for
+                # one process, so a bad input, said after the partial results are safe.
+                sys.stderr.write(f"error: {scenario_file}: {reason}; {written}\n")
+                raise typer.Exit(2)
+            sys.stderr.write(f"{reason} {written}\n")
             raise typer.Exit(SIGNAL_EXIT_CODES[signal.Signals(caught[0])])

@@ -40,6 +40,7 @@ from agentsim.metrics.timeseries import TimeSeriesSampler
 from agentsim.errors import InvariantViolation
 from agentsim.hardware.tier_kinds import tier_names
 from agentsim.hardware.timing.select import build_timer
+from agentsim.workload.content import KeySpaceExhausted
 
 ProgressCallback = Callable[[float, float], None]
 
@@ -370,7 +371,8 @@ class Simulation:
 
     def _run_events(self) -> None:
         """``env.run(until=self.finished)``, plus: stop early when :attr:`stop_request` is set
-        (the result then covers the requests finished so far), and name the simulated time,
+        (the result then covers the requests finished so far) or the key allocator runs out
+        of keys (the same, with :attr:`stop_reason` saying so), and name the simulated time,
         instance and event of an invariant violation."""
         env = self.env
         done: list[bool] = []
@@ -388,6 +390,10 @@ class Simulation:
                         self.stop_reason = stop.reason
                         return
                     step()
+        except KeySpaceExhausted as exc:
+            # No fresh block key left for the call being made: the run ends here, as a stop
+            # request would end it, with the requests finished so far (that call is not one).
+            self.stop_reason = str(exc)
         except simpy.core.EmptySchedule:
             raise RuntimeError("no scheduled events left but the run has not finished") from None
         except InvariantViolation as exc:

@@ -6,23 +6,53 @@ simulation, so equal keys mean equal prefixes: the global system prompt's blocks
 every session, a class's tools prefix by every session of that class, a parent's history by its
 sub-agents. A block that straddles a shared prefix and private text is private.
 
-A stream holds its keys in an ``array('q')``: 8 bytes a key, against a list's 8-byte pointer
-plus a 32-byte int object per key. Every key list the cache stores for the long term (radix
-runs, merged runs, requests' prompt slices) is a slice of a stream's keys, so it is an array
-too; slices of arrays compare with ``memcmp`` (faster than lists' element-wise compare). Keys
-must fit in a signed 64-bit int (the allocator's ids do).
+A stream holds its keys in an ``array`` of :data:`KEY_TYPECODE` (unsigned 32-bit): 4 bytes a
+key, against a list's 8-byte pointer plus a 32-byte int object per key. Every key list the cache
+stores for the long term (radix runs, merged runs, requests' prompt slices) is a slice of a
+stream's keys, so it is such an array too; slices of arrays of one type compare with ``memcmp``
+(faster than lists' element-wise compare). Trace replays keep their own 64-bit keys
+(:mod:`agentsim.workload.traces`); the two never meet in one run.
+
+Why 32 bits: the cache's content is mostly keys (a resident block is a key in its node's run; a
+live session's context is its stream), and on the GB300 rack the keys were about 60% of what
+the event loop's memory grew by per request. The allocator hands out about 40 keys a request
+(one per 64 new tokens), so 2**32 - 1 keys last about 100 million requests: some fifteen fleet
+days in one run. A run that would go past them stops there (:class:`KeySpaceExhausted`) and
+keeps the requests finished so far, as a run stopped by Ctrl-C does.
 """
 
 from __future__ import annotations
 
 from array import array
 
+#: ``array`` type code of the agents' block keys: unsigned 32-bit.
+KEY_TYPECODE = "I"
+#: One past the largest key the allocator hands out (the largest :data:`KEY_TYPECODE` value + 1).
+KEY_LIMIT = 1 << 32
+
+
+class KeySpaceExhausted(RuntimeError):
+    """The allocator has no fresh keys left (:data:`KEY_LIMIT`). The simulation ends the run
+    there, as a stop request would (its summary says ``complete: false`` and why)."""
+
+    def __init__(self, keys: int) -> None:
+        #: How many keys the allocator could hand out in all.
+        self.keys = keys
+        super().__init__(keys)
+
+    def __str__(self) -> str:
+        return (f"the run needs more than the {self.keys:,} block keys agentsim can hand out "
+                f"(keys are {8 * array(KEY_TYPECODE).itemsize}-bit; about 40 a request): "
+                "stopped; shorten duration_s or run fewer agents")
+
 
 class KeyAllocator:
-    """Hands out fresh block keys (ints) in a deterministic order."""
+    """Hands out fresh block keys (ints ``1 .. limit - 1``) in a deterministic order; asked for
+    more, it raises :class:`KeySpaceExhausted` and hands out none."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self._next = 1
+        self._limit = KEY_LIMIT if limit is None else limit
 
     def peek(self) -> int:
         """The next key :meth:`take` would hand out (every key so far is smaller)."""
@@ -30,21 +60,27 @@ class KeyAllocator:
 
     def take(self, count: int) -> list[int]:
         start = self._next
-        self._next += count
-        return list(range(start, start + count))
+        end = start + count
+        if end > self._limit:
+            raise KeySpaceExhausted(self._limit - 1)
+        self._next = end
+        return list(range(start, end))
 
-    def extend(self, keys: list[int], count: int) -> None:
+    def extend(self, keys: array, count: int) -> None:
         """Append ``count`` fresh keys to ``keys`` (``keys.extend(take(count))`` without the
         temporary list: every call of every session extends its context this way)."""
         start = self._next
-        self._next += count
-        keys.extend(range(start, start + count))
+        end = start + count
+        if end > self._limit:
+            raise KeySpaceExhausted(self._limit - 1)
+        self._next = end
+        keys.extend(range(start, end))
 
 
 class TokenStream:
     """A context of ``tokens`` tokens and the keys of its full blocks.
 
-    ``keys`` (an ``array('q')``) may be shared (copied) from another stream: extending or
+    ``keys`` (an ``array`` of :data:`KEY_TYPECODE`) may be shared (copied) from another stream: extending or
     rewriting this stream never changes the other one.
 
     Copy on write: :meth:`full_block_keys` of the whole stream returns ``keys`` itself (an
@@ -60,7 +96,7 @@ class TokenStream:
         self.block_tokens = block_tokens
         self._alloc = alloc
         self.tokens = prefix_tokens
-        self.keys = array("q", prefix_keys[: prefix_tokens // block_tokens])
+        self.keys = array(KEY_TYPECODE, prefix_keys[: prefix_tokens // block_tokens])
         self.shared_blocks = len(self.keys) if shared_blocks is None else shared_blocks
         #: Whether ``keys`` was handed out by :meth:`full_block_keys` (then never extended).
         self._handed_out = False
@@ -70,7 +106,7 @@ class TokenStream:
         missing = self.tokens // self.block_tokens - len(self.keys)
         if missing > 0:
             if self._handed_out:
-                fresh = array("q")
+                fresh = array(KEY_TYPECODE)
                 self._alloc.extend(fresh, missing)
                 self.keys = self.keys + fresh
                 self._handed_out = False

@@ -20,6 +20,10 @@ import numpy as np
 #: takes about 13 us against the loop's 36.
 _NUMPY_MIN_KEYS = 1024
 
+#: numpy's dtype of each ``array`` type code block keys come in: the agents' 32-bit keys
+#: (:data:`agentsim.workload.content.KEY_TYPECODE`) and the traces' 64-bit ones.
+KEY_DTYPES = {"I": np.uint32, "q": np.int64}
+
 
 def key_runs(keys) -> list[tuple[int, int]]:
     """``keys`` (any order, repeats allowed) as runs ``[start, end)`` of consecutive keys, in the
@@ -29,7 +33,7 @@ def key_runs(keys) -> list[tuple[int, int]]:
         first = keys[0]
         if keys[n - 1] - first == n - 1 and (n < 3 or keys == _ascending(keys, first, n)):
             return [(first, first + n)]      # the common case, one run (compared in C)
-        if n >= _NUMPY_MIN_KEYS and type(keys) is array and keys.typecode == "q":
+        if n >= _NUMPY_MIN_KEYS and type(keys) is array and keys.typecode in KEY_DTYPES:
             return _array_runs(keys)
     runs: list[tuple[int, int]] = []
     it = iter(keys)
@@ -61,13 +65,13 @@ def merged_runs(runs) -> tuple[list[int], list[int]]:
 
 
 def _array_runs(keys: array) -> list[tuple[int, int]]:
-    """:func:`key_runs` of an ``array('q')``, with numpy: a run ends where the next key is not
-    the last plus one."""
-    view = np.frombuffer(keys, dtype=np.int64)
+    """:func:`key_runs` of an ``array`` of a type code in ``KEY_DTYPES``, with numpy: a run ends
+    where the next key is not the last plus one."""
+    # As int64: an unsigned difference would wrap, and a run's end may be the type's limit.
+    view = np.frombuffer(keys, dtype=KEY_DTYPES[keys.typecode]).astype(np.int64)
     cut = np.flatnonzero(np.diff(view) != 1) + 1          # the index each later run starts at
     starts = view[np.concatenate(([0], cut))]
     ends = view[np.concatenate((cut - 1, [len(view) - 1]))] + 1
-    del view                                              # release the array's buffer
     return list(zip(starts.tolist(), ends.tolist()))
 
 

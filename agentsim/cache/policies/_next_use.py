@@ -26,6 +26,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from agentsim.cache.radix_tree import _common_prefix
+from agentsim.workload.key_runs import KEY_DTYPES
 
 
 class NextUseIndex(NamedTuple):
@@ -51,14 +52,27 @@ def build_index(requests: Sequence[Sequence[int]]) -> NextUseIndex:
     return index if index is not None else index_in_python(requests)
 
 
+def _common_typecode(requests: Sequence[Sequence[int]]) -> str | None:
+    """The type code every request's keys share, if they are all ``array`` of one code in
+    ``KEY_DTYPES`` (None otherwise, or with no requests)."""
+    if not requests:
+        return None
+    first = requests[0]
+    code = first.typecode if type(first) is array else None
+    if code not in KEY_DTYPES:
+        return None
+    return code if all(type(keys) is array and keys.typecode == code for keys in requests) else None
+
+
 def index_by_sorting(requests: Sequence[Sequence[int]], total: int | None = None) -> NextUseIndex | None:
     """One slot per key, from a numpy sort of all (key, request) uses; None if a key does not
     fit in int64."""
     lengths = np.fromiter(map(len, requests), dtype=np.int64, count=len(requests))
-    if requests and all(type(keys) is array and keys.typecode == "q" for keys in requests):
-        # Trace requests' compact int64 key arrays: their buffers joined in C (no Python int
-        # per key, no numpy view per request).
-        keys = np.frombuffer(b"".join(requests), dtype=np.int64)
+    typecode = _common_typecode(requests)
+    if typecode is not None:
+        # Compact key arrays (trace requests' int64, agents' uint32), all of one type: their
+        # buffers joined in C (no Python int per key, no numpy view per request).
+        keys = np.frombuffer(b"".join(requests), dtype=KEY_DTYPES[typecode]).astype(np.int64, copy=False)
     else:
         try:
             count = int(lengths.sum()) if total is None else total
