@@ -8,18 +8,22 @@ key allocator's ids, handed out in runs (a session's appended text takes consecu
 removal takes a node's tail: a run of consecutive keys, or a few. So the record is a set of
 disjoint runs ``[start, end)`` with one code each, adjacent runs of one code joined:
 
-* a removal of ``n`` keys in ``r`` runs costs ``r`` assignments (a bisection and a few list and
-  dict operations each), whatever ``n`` (a per-key record cost a Python step per key, and a
-  dense array per instance would cost a byte per key of the allocator's span on every instance);
-* memory is a few hundred bytes a run, and a tier removing a node piece by piece extends one
-  run instead of adding one per piece.
+* a removal of ``n`` keys in ``r`` runs costs ``r`` assignments (a bisection and a few array
+  operations each), whatever ``n`` (a per-key record cost a Python step per key, and a dense
+  array per instance would cost a byte per key of the allocator's span on every instance);
+* memory is 17 bytes a run, and a tier removing a node piece by piece extends one run instead
+  of adding one per piece.
 
-The runs are a sorted list of starts (bisected in C) and a dict from start to ``end << 8 | code``.
-An insertion moves the list's tail, which at the few thousand runs an instance holds (3,600 on a
-rack after 40 minutes, at most 3,750 on four instances over a day) costs less than the tree
-bookkeeping of ``sortedcontainers.SortedDict`` (its positional lookups were 3 us each, most of
-the record's time on a day of four instances). A fleet's instances hold far more runs, so the
-recompute split keeps one :class:`LossRuns` per bucket of keys (:class:`BucketedLossRuns`).
+The runs are three parallel arrays, sorted by start: starts and ends (unsigned 64-bit: trace
+keys use all of int64) and codes (a byte). The starts are bisected in C. An array holds a run in
+17 bytes where a sorted list of starts and a dict from start to end and code held about 100
+(an int object, a list slot, a dict entry and a second int): on the GB300 rack the record was
+8% of what the event loop's memory grew by per request. An insertion moves the arrays' tails,
+which at the few thousand runs an instance holds (3,600 on a rack after 40 minutes, at most
+3,750 on four instances over a day) costs less than the tree bookkeeping of
+``sortedcontainers.SortedDict`` (its positional lookups were 3 us each, most of the record's
+time on a day of four instances). A fleet's instances hold far more runs, so the recompute split
+keeps one :class:`LossRuns` per bucket of keys (:class:`BucketedLossRuns`).
 
 Contract: :meth:`assign` gives every key of ``[start, end)`` the code (1..255), replacing what
 those keys had; :meth:`code` is a key's code, 0 for one never assigned (or dropped);
@@ -28,21 +32,20 @@ those keys had; :meth:`code` is a key's code, 0 for one never assigned (or dropp
 
 from __future__ import annotations
 
+import sys
+from array import array
 from bisect import bisect_right
-
-_CODE_BITS = 8
-_CODE_MASK = (1 << _CODE_BITS) - 1
 
 
 class LossRuns:
     """Disjoint key runs ``[start, end)`` -> code, adjacent runs of one code joined."""
 
-    __slots__ = ("_starts", "_packed")
+    __slots__ = ("_starts", "_ends", "_codes")
 
     def __init__(self) -> None:
-        self._starts: list[int] = []
-        #: start -> ``end << 8 | code``.
-        self._packed: dict[int, int] = {}
+        self._starts = array("Q")
+        self._ends = array("Q")
+        self._codes = array("B")
 
     def __len__(self) -> int:
         """Number of runs."""
@@ -53,26 +56,24 @@ class LossRuns:
         i = bisect_right(self._starts, key) - 1
         if i < 0:
             return 0
-        packed = self._packed[self._starts[i]]
-        return packed & _CODE_MASK if key < packed >> _CODE_BITS else 0
+        return self._codes[i] if key < self._ends[i] else 0
 
     def codes(self, runs) -> list[int]:
         """The code of every key of ``runs`` (``(start, end)`` pairs, as
         :func:`agentsim.workload.key_runs.key_runs` gives a key sequence), in their order."""
-        starts, packed_of = self._starts, self._packed
+        starts, ends, codes = self._starts, self._ends, self._codes
+        n = len(starts)
         out: list[int] = []
         for start, end in runs:
             i = bisect_right(starts, start) - 1
             if i < 0:
                 i = 0
             pos = start
-            n = len(starts)
             while pos < end and i < n:
                 run_start = starts[i]
                 if run_start >= end:
                     break
-                packed = packed_of[run_start]
-                run_end = packed >> _CODE_BITS
+                run_end = ends[i]
                 i += 1
                 if run_end <= pos:
                     continue
@@ -80,7 +81,7 @@ class LossRuns:
                     out.extend([0] * (run_start - pos))
                     pos = run_start
                 upto = run_end if run_end < end else end
-                out.extend([packed & _CODE_MASK] * (upto - pos))
+                out.extend([codes[i - 1]] * (upto - pos))
                 pos = upto
             if pos < end:
                 out.extend([0] * (end - pos))
@@ -88,97 +89,115 @@ class LossRuns:
 
     def assign(self, start: int, end: int, code: int) -> None:
         """Give every key of ``[start, end)`` (``start < end``) the ``code`` (1..255)."""
-        starts, packed_of = self._starts, self._packed
+        starts, ends, codes = self._starts, self._ends, self._codes
         i = bisect_right(starts, start) - 1
+        # The common cases first: a run that touches or overlaps no other run, or extends the
+        # run of its code that ends where it starts (a node's tail lost piece by piece).
+        nxt = i + 1
+        if nxt == len(starts) or starts[nxt] > end:
+            if i < 0 or ends[i] < start:
+                starts.insert(nxt, start)
+                ends.insert(nxt, end)
+                codes.insert(nxt, code)
+                return
+            if ends[i] == start and codes[i] == code:
+                ends[i] = end
+                return
         new_start, new_end = start, end
+        lo = i + 1                      # the first run the new one replaces
+        head = tail = None              # kept pieces of another code, (start, end, code)
+        j = lo                          # the first run not yet looked at
         if i >= 0:
-            left = starts[i]
-            packed = packed_of[left]
-            left_end, left_code = packed >> _CODE_BITS, packed & _CODE_MASK
-            if left_end >= end and left_code == code:
-                return                                    # already so
-            if left_end > start or (left_end == start and left_code == code):
-                if left_code == code:                     # one run with the new one
-                    new_start = left
-                    del starts[i]
-                    del packed_of[left]
-                else:
+            left_end = ends[i]
+            if left_end >= start:       # run i overlaps the new one or touches it
+                left_code = codes[i]
+                if left_code == code:
+                    if left_end >= end:
+                        return          # already so
+                    new_start = starts[i]
+                    lo = i
+                elif left_end > start:
+                    lo = i
+                    left = starts[i]
                     if left < start:
-                        packed_of[left] = start << _CODE_BITS | left_code   # its head stays
-                        i += 1
-                    else:
-                        del starts[i]
-                        del packed_of[left]
-                        # It started where the new run does: the run before may end there too.
-                        if i > 0:
-                            before = starts[i - 1]
-                            packed = packed_of[before]
-                            if packed >> _CODE_BITS == start and packed & _CODE_MASK == code:
-                                new_start = before
-                                i -= 1
-                                del starts[i]
-                                del packed_of[before]
-                    if left_end > end:                    # and its tail: nothing else overlaps
-                        starts.insert(i, new_start)
-                        packed_of[new_start] = new_end << _CODE_BITS | code
-                        starts.insert(i + 1, end)
-                        packed_of[end] = left_end << _CODE_BITS | left_code
-                        return
-            else:
-                i += 1
-        else:
-            i = 0
-        # Runs from position i start at or after ``start``: drop those starting up to ``end``
-        # (the one starting at ``end`` only if it has the same code, joined).
-        j = i
-        n = len(starts)
-        tail = None
-        while j < n:
-            inner = starts[j]
-            if inner > end:
-                break
-            packed = packed_of[inner]
-            inner_end, inner_code = packed >> _CODE_BITS, packed & _CODE_MASK
-            if inner == end and inner_code != code:
-                break                                     # touches it, another code: stays
-            del packed_of[inner]
-            j += 1
-            if inner_end > end:
-                if inner_code == code:
-                    new_end = inner_end
-                else:
-                    tail = (end, packed)
-                break
+                        head = (left, start, left_code)
+                    elif i > 0 and ends[i - 1] == start and codes[i - 1] == code:
+                        new_start = starts[i - 1]   # the run before ends where the new one starts
+                        lo = i - 1
+                    if left_end > end:
+                        tail = (end, left_end, left_code)   # nothing else overlaps then
+                        j = len(starts)
         if tail is None:
-            starts[i:j] = [new_start]
+            n = len(starts)
+            while j < n:
+                inner = starts[j]
+                if inner > end:
+                    break
+                inner_code = codes[j]
+                if inner == end and inner_code != code:
+                    break               # touches it, another code: stays
+                inner_end = ends[j]
+                j += 1
+                if inner_end > end:
+                    if inner_code == code:
+                        new_end = inner_end
+                    else:
+                        tail = (end, inner_end, inner_code)
+                    break
+            hi = j
         else:
-            starts[i:j] = [new_start, tail[0]]
-            packed_of[tail[0]] = tail[1]
-        packed_of[new_start] = new_end << _CODE_BITS | code
+            hi = i + 1
+        # Runs lo .. hi - 1 give way to the pieces: overwritten in place, the rest inserted or
+        # deleted (one piece for one run is the usual case).
+        pieces = [(new_start, new_end, code)]
+        if head is not None:
+            pieces.insert(0, head)
+        if tail is not None:
+            pieces.append(tail)
+        gone = hi - lo
+        at = lo
+        for piece_start, piece_end, piece_code in pieces:
+            if at < hi:
+                starts[at] = piece_start
+                ends[at] = piece_end
+                codes[at] = piece_code
+            else:
+                starts.insert(at, piece_start)
+                ends.insert(at, piece_end)
+                codes.insert(at, piece_code)
+            at += 1
+        if gone > len(pieces):
+            del starts[at:hi]
+            del ends[at:hi]
+            del codes[at:hi]
 
     def keep_live(self, live_starts: list[int], live_ends: list[int], top: int) -> int:
         """Forget the runs below ``top`` that hold no key of the live runs (sorted disjoint
         ``[live_starts[i], live_ends[i])``); returns how many were dropped."""
-        starts, packed_of = self._starts, self._packed
-        stay = []
-        dropped = 0
-        for start in starts:
-            end = packed_of[start] >> _CODE_BITS
+        starts, ends, codes = self._starts, self._ends, self._codes
+        keep = []
+        for i in range(len(starts)):
+            end = ends[i]
             if end > top:
-                stay.append(start)
+                keep.append(i)
                 continue
-            i = bisect_right(live_starts, end - 1) - 1    # the last live run starting before end
-            if i >= 0 and live_ends[i] > start:
-                stay.append(start)
-            else:
-                del packed_of[start]
-                dropped += 1
-        starts[:] = stay
+            k = bisect_right(live_starts, end - 1) - 1
+            if k >= 0 and live_ends[k] > starts[i]:
+                keep.append(i)
+        dropped = len(starts) - len(keep)
+        if dropped:
+            self._starts = array("Q", [starts[i] for i in keep])
+            self._ends = array("Q", [ends[i] for i in keep])
+            self._codes = array("B", [codes[i] for i in keep])
         return dropped
 
     def items(self) -> list[tuple[int, int, int]]:
         """``(start, end, code)`` of every run, in key order."""
-        return [(start, self._packed[start] >> _CODE_BITS, self._packed[start] & _CODE_MASK) for start in self._starts]
+        return list(zip(self._starts, self._ends, self._codes))
+
+    def state_bytes(self) -> int:
+        """Bytes the runs' arrays hold (their spare room included)."""
+        return sum(map(sys.getsizeof, (self._starts, self._ends, self._codes)))
 
 
 #: Keys per bucket of :class:`BucketedLossRuns` (``2**18``): an instance's runs in one bucket
@@ -269,3 +288,8 @@ class BucketedLossRuns:
     def items(self) -> list[tuple[int, int, int]]:
         """``(start, end, code)`` of every run, in key order (cut at the buckets' edges)."""
         return [item for bucket in sorted(self._buckets) for item in self._buckets[bucket].items()]
+
+    def state_bytes(self) -> int:
+        """Bytes the buckets' runs hold, with the buckets' own objects and the dict of them."""
+        return sys.getsizeof(self._buckets) + sum(sys.getsizeof(runs) + runs.state_bytes()
+                                                  for runs in self._buckets.values())

@@ -177,5 +177,5 @@ class RecomputeClassifier:
         return recomputed - evicted - invalidated, evicted, invalidated
 
     def state_bytes(self) -> int:
-        """Memory held by the record (an estimate: 200 bytes a run)."""
-        return 200 * sum(len(lost) for lost in self._lost.values())
+        """Bytes the record's runs hold (their arrays and buckets)."""
+        return sum(lost.state_bytes() for lost in self._lost.values())
