@@ -18,7 +18,7 @@ The runs are three parallel arrays, sorted by start: starts and ends (unsigned 6
 keys use all of int64) and codes (a byte). The starts are bisected in C. An array holds a run in
 17 bytes where a sorted list of starts and a dict from start to end and code held about 100
 (an int object, a list slot, a dict entry and a second int): on the GB300 rack the record was
-8% of what the event loop's memory grew by per request. An insertion moves the arrays' tails,
+9% of what the event loop's memory grew by per request. An insertion moves the arrays' tails,
 which at the few thousand runs an instance holds (3,600 on a rack after 40 minutes, at most
 3,750 on four instances over a day) costs less than the tree bookkeeping of
 ``sortedcontainers.SortedDict`` (its positional lookups were 3 us each, most of the record's
