@@ -119,3 +119,17 @@ def test_a_long_runs_request_records_take_a_few_bytes_a_value():
     raw_bytes = rows * 8 * len(buffer._codes)
     assert buffer.nbytes() < 0.45 * raw_bytes
     assert buffer.frame()["request_id"].tolist() == list(range(rows))
+
+
+def test_a_simulation_lists_every_record_buffer_it_appends_to(small_scenario_yaml):
+    """``Simulation.record_buffers`` is what a streaming consumer clears (the soak test does):
+    a buffer added to the simulation or its time series without being listed there would read as
+    growth of the live state."""
+    from agentsim.engine.loading import load_scenario
+    from agentsim.engine.simulation import Simulation
+
+    sim = Simulation(load_scenario(small_scenario_yaml, []))
+    held = [value for owner in (sim, sim.timeseries) for value in vars(owner).values()
+            if isinstance(value, RecordBuffer)]
+    assert len(held) == 5
+    assert {id(buffer) for buffer in held} == {id(buffer) for buffer in sim.record_buffers()}

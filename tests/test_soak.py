@@ -31,11 +31,9 @@ def test_24h_soak_with_invariants_and_flat_live_state():
         """Hand the run's records to nobody (as a streaming consumer would), so what remains is the
         simulation's live state: cache, sessions, queues, scheduled events."""
         finished[0] += len(sim.request_records)
-        # Every record buffer: the requests', their tier hits' (one row a request with a hit: it
-        # grew by a sealed chunk every 8,192 rows and read as a trend of the live state), the
-        # occupancy and time-series samples.
-        for records in (sim.request_records, sim.tier_hit_records, sim.occupancy,
-                        sim.timeseries.evictions, sim.timeseries.link_samples):
+        # Every record buffer, not only the requests': the tier hits (one row a request with a
+        # hit) grew by a sealed chunk every 8,192 rows and read as a trend of the live state.
+        for records in sim.record_buffers():
             records.clear()
         for stream in sim.diagnostics.streams.values():
             stream.clear()

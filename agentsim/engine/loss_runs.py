@@ -268,6 +268,8 @@ class BucketedLossRuns:
             held = buckets.get(bucket)
             if held is None:
                 held = buckets[bucket] = LossRuns()
+            # The run count read from the array itself (same module): ``len(held)`` is a method
+            # call each side of every assignment, on the recompute split's hottest path.
             starts = held._starts
             before = len(starts)
             held.assign(piece_start, piece_end, code)

@@ -204,6 +204,13 @@ class Simulation:
         self._freeze_survivors: Callable[[], None] = lambda: None   # set while the events run
         self._finishes_to_freeze = FREEZE_EVERY_REQUESTS
 
+    def record_buffers(self) -> tuple:
+        """Every buffer the run appends records to (requests, their tier hits, occupancy, the
+        time series' evictions and link samples): what grows by design, as opposed to the live
+        state. A streaming consumer that takes the records as they come clears these."""
+        return (self.request_records, self.tier_hit_records, self.occupancy,
+                self.timeseries.evictions, self.timeseries.link_samples)
+
     def _on_mutation(self, instance: int, old_keys: list[int], from_block: int) -> None:
         """An agent rewrote its history: its old blocks past the offset are dead (reason mutation)."""
         self.instances[instance].cache.invalidate(old_keys, from_block, reason="mutation")

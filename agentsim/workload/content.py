@@ -58,23 +58,22 @@ class KeyAllocator:
         """The next key :meth:`take` would hand out (every key so far is smaller)."""
         return self._next
 
-    def take(self, count: int) -> list[int]:
+    def _claim(self, count: int) -> range:
+        """The next ``count`` keys, claimed; past the limit none are and this raises."""
         start = self._next
         end = start + count
         if end > self._limit:
             raise KeySpaceExhausted(self._limit - 1)
         self._next = end
-        return list(range(start, end))
+        return range(start, end)
+
+    def take(self, count: int) -> list[int]:
+        return list(self._claim(count))
 
     def extend(self, keys: array, count: int) -> None:
         """Append ``count`` fresh keys to ``keys`` (``keys.extend(take(count))`` without the
         temporary list: every call of every session extends its context this way)."""
-        start = self._next
-        end = start + count
-        if end > self._limit:
-            raise KeySpaceExhausted(self._limit - 1)
-        self._next = end
-        keys.extend(range(start, end))
+        keys.extend(self._claim(count))
 
 
 class TokenStream:
