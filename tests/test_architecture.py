@@ -21,7 +21,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agentsim"
 # records and summaries) sit below the cache so that the engine can fill them; plots and the
 # report are presentation (sweep figures use experiments/ statistics).
 LAYERS: list[set[str]] = [
-    {"agentsim", "errors", "yaml_text", "input_files", "result_files", "parquet_out", "run_directory", "examples"},
+    {"agentsim", "errors", "yaml_text", "input_files", "result_files", "parquet_out", "run_directory", "examples",
+     "memory_release"},
     {"config"},
     {"registry", "workload", "metrics", "results"},
     {"cache"},

@@ -76,3 +76,30 @@ def test_the_table_does_not_alias_the_buffers():
                 arr[i] = 0
     pd.testing.assert_frame_equal(table, before, check_exact=True)
     assert np.all(table["request_id"].to_numpy() == np.arange(40))
+
+
+@pytest.mark.parametrize("order", ["shuffled", "increasing"])
+@pytest.mark.parametrize("n", [0, 57, 2 * CHUNK_ROWS + 5])    # the last has two sealed chunks
+def test_a_consuming_build_gives_the_same_table_and_empties_both_buffers(order, n):
+    ids = list(range(n))
+    if order == "shuffled":
+        random.Random(3).shuffle(ids)
+    expected = request_table(*_buffers(n, ids), TIERS)
+    requests, tier_hits = _buffers(n, ids)
+    got = request_table(requests, tier_hits, TIERS, consume=True)
+    pd.testing.assert_frame_equal(got, expected, check_exact=True)
+    assert len(requests) == 0 and len(tier_hits) == 0
+    assert requests.nbytes() == 0 and tier_hits.nbytes() == 0
+    # What is left is the empty table of the record type, not a half-drained one.
+    assert requests.frame().empty and list(requests.frame().columns) == requests.names
+
+
+def test_consuming_columns_drops_each_fields_chunks_as_the_next_is_asked_for():
+    requests, _ = _buffers(CHUNK_ROWS + 9, list(range(CHUNK_ROWS + 9)))
+    columns = requests.iter_columns(consume=True)
+    first_name, _values = next(columns)
+    assert requests._sealed[first_name] != []           # still held while the caller has it
+    second_name, _values = next(columns)
+    assert requests._sealed[first_name] == [] and requests._sealed[second_name] != []
+    assert len(list(columns)) == len(requests.names) - 2
+    assert len(requests) == 0

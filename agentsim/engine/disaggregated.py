@@ -99,8 +99,14 @@ class DisaggregatedCluster:
 
     def summary(self, requests, simulated_s: float) -> dict:
         """Pool sizes, the prefill pool's busy fraction and cache, and the hand-offs: bytes, links,
-        and TTFT's parts (prefill queue, prefill, decode queue, KV transfer)."""
-        done = rows_where(requests, ~requests.rejected) if len(requests) else requests
+        and TTFT's parts (prefill queue, prefill, decode queue, KV transfer): :meth:`state_summary`
+        with its request keys filled by :func:`fill_request_summary`."""
+        return fill_request_summary(self.state_summary(simulated_s), requests)
+
+    def state_summary(self, simulated_s: float) -> dict:
+        """Every key of :meth:`summary`, those read from the requests None (in their places, so
+        the filled summary keeps its order): what the pools, hand-offs and ports counted, read
+        before a run lets go of its workers."""
         out: dict = {"disaggregated": True,
                      "prefill_workers": len(self.prefill), "decode_workers": len(self.decode),
                      "prefill_gpus_per_worker": self.pools["prefill"].hardware.gpus_per_instance,
@@ -113,16 +119,10 @@ class DisaggregatedCluster:
                      "prefill_iterations": sum(i.iterations for i in self.prefill),
                      "kv_transfers": sum(h.transfers for h in self.front.handoffs),
                      "kv_transfer_bytes": float(sum(h.transferred_bytes for h in self.front.handoffs)),
-                     "decode_hit_tokens": int(done.decode_hit_tokens.sum()) if len(done) else 0,
+                     "decode_hit_tokens": None,
                      "racks": self.scenario.hardware.racks}
-        for part in ("queue_wait", "prefill", "decode_queue", "kv_transfer", "decode_first_step"):
-            values = done[f"{part}_s"].to_numpy(dtype=float) if len(done) else np.array([])
-            values = values[np.isfinite(values)]
-            out[f"ttft_{part}_mean_s"] = float(values.mean()) if len(values) else float("nan")
-            out[f"ttft_{part}_p99_s"] = float(np.percentile(values, 99)) if len(values) else float("nan")
-        served = done.prefill_worker.value_counts() if len(done) else None
-        out["prefill_busiest_share"] = (float(served.max() * len(self.prefill) / served.sum())
-                                        if served is not None and len(served) else float("nan"))
+        out.update(dict.fromkeys(_TTFT_PART_KEYS))
+        out["prefill_busiest_share"] = None
         # Payload bytes by link kind, counted once per hand-off (each crosses two ports).
         out["kv_transfer_bytes_by_link_kind"] = {kind: float(sum(h.bytes_by_link_kind[kind] for h in self.front.handoffs))
                                                  for kind in ("nvlink", "network")}
@@ -136,3 +136,25 @@ class DisaggregatedCluster:
 
         rows = [{"link": link.name, **link.stats(simulated_s)} for link in self.front.all_links()]
         return pd.DataFrame(rows, columns=["link", "kind", "bandwidth_bytes_per_s", "bytes", "transfers", "busy_s", "utilisation"])
+
+
+_TTFT_PARTS = ("queue_wait", "prefill", "decode_queue", "kv_transfer", "decode_first_step")
+_TTFT_PART_KEYS = tuple(f"ttft_{part}_{stat}" for part in _TTFT_PARTS for stat in ("mean_s", "p99_s"))
+
+
+def fill_request_summary(state: dict, requests) -> dict:
+    """``state`` (a :meth:`DisaggregatedCluster.state_summary`) with its request keys filled from
+    the served rows of ``requests``: the decode workers' own hit tokens, TTFT's parts, and the
+    busiest prefill worker's share of the prompts (against a fair share of one)."""
+    out = dict(state)
+    done = rows_where(requests, ~requests.rejected) if len(requests) else requests
+    out["decode_hit_tokens"] = int(done.decode_hit_tokens.sum()) if len(done) else 0
+    for part in _TTFT_PARTS:
+        values = done[f"{part}_s"].to_numpy(dtype=float) if len(done) else np.array([])
+        values = values[np.isfinite(values)]
+        out[f"ttft_{part}_mean_s"] = float(values.mean()) if len(values) else float("nan")
+        out[f"ttft_{part}_p99_s"] = float(np.percentile(values, 99)) if len(values) else float("nan")
+    served = done.prefill_worker.value_counts() if len(done) else None
+    out["prefill_busiest_share"] = (float(served.max() * state["prefill_workers"] / served.sum())
+                                    if served is not None and len(served) else float("nan"))
+    return out

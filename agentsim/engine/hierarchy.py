@@ -90,23 +90,15 @@ class Hierarchy:
         return pd.DataFrame(rows, columns=["link", "kind", "bandwidth_bytes_per_s", "bytes", "transfers", "busy_s", "utilisation"])
 
     def summary(self, requests, elapsed_s: float) -> dict:
-        """Hit tokens per tier, TTFT breakdown, per-tier and per-link-kind traffic."""
-        import numpy as np
+        """Hit tokens per tier, TTFT breakdown, per-tier and per-link-kind traffic: the
+        :func:`request_summary` of ``requests`` followed by :meth:`state_summary`."""
+        return {**request_summary(requests), **self.state_summary(elapsed_s)}
 
+    def state_summary(self, elapsed_s: float) -> dict:
+        """What the tiers, instances and links counted: per-tier blocks, prefetch and tool-gap
+        moves, per-link and per-link-kind traffic (no request needed, so a run reads it before
+        it lets go of its caches)."""
         out: dict = {}
-        done = rows_where(requests, ~requests.rejected) if len(requests) else requests
-        prompt = float(done.prompt_tokens.sum()) if len(done) else 0.0
-        hits = {name: int(done[f"hit_tokens_{name}"].sum()) if len(done) else 0 for name in tier_names()}
-        out["hit_tokens_by_tier"] = hits
-        out["hit_ratio_by_tier"] = {name: (value / prompt if prompt else float("nan")) for name, value in hits.items()}
-        for name in tier_names():
-            out[f"hit_ratio_{name}"] = out["hit_ratio_by_tier"][name]
-        for part in ("queue_wait", "load_wait", "prefill"):
-            values = done[f"{part}_s"].to_numpy(dtype=float) if len(done) else np.array([])
-            values = values[np.isfinite(values)]
-            out[f"ttft_{part}_mean_s"] = float(values.mean()) if len(values) else float("nan")
-            out[f"ttft_{part}_p99_s"] = float(np.percentile(values, 99)) if len(values) else float("nan")
-        out["loaded_bytes"] = float(done.loaded_bytes.sum()) if len(done) else 0.0
         tiers: dict = {}
         for cache in self.caches:
             for tier in cache.tiers:
@@ -146,6 +138,28 @@ class Hierarchy:
             out[f"link_{kind}_bytes"] = stats["bytes"]
             out[f"link_{kind}_max_utilisation"] = stats["max_utilisation"]
         return out
+
+
+def request_summary(requests) -> dict:
+    """Hit tokens per tier and TTFT's parts (queue, load, prefill) over the served rows of
+    ``requests`` (a request table, or a selection of one)."""
+    import numpy as np
+
+    out: dict = {}
+    done = rows_where(requests, ~requests.rejected) if len(requests) else requests
+    prompt = float(done.prompt_tokens.sum()) if len(done) else 0.0
+    hits = {name: int(done[f"hit_tokens_{name}"].sum()) if len(done) else 0 for name in tier_names()}
+    out["hit_tokens_by_tier"] = hits
+    out["hit_ratio_by_tier"] = {name: (value / prompt if prompt else float("nan")) for name, value in hits.items()}
+    for name in tier_names():
+        out[f"hit_ratio_{name}"] = out["hit_ratio_by_tier"][name]
+    for part in ("queue_wait", "load_wait", "prefill"):
+        values = done[f"{part}_s"].to_numpy(dtype=float) if len(done) else np.array([])
+        values = values[np.isfinite(values)]
+        out[f"ttft_{part}_mean_s"] = float(values.mean()) if len(values) else float("nan")
+        out[f"ttft_{part}_p99_s"] = float(np.percentile(values, 99)) if len(values) else float("nan")
+    out["loaded_bytes"] = float(done.loaded_bytes.sum()) if len(done) else 0.0
+    return out
 
 
 def load_breakdown(request) -> tuple[float, float]:

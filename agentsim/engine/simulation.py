@@ -7,38 +7,31 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
-import pandas as pd
 import simpy
 
 from agentsim.cache.radix import RadixCache
 from agentsim.cluster.serving.instance import ServingInstance
 from agentsim.cluster.serving.kv_admission import make_kv_admission
 from agentsim.cluster.serving.recv_interval import receive_gate
-from agentsim.cluster.serving.kv_growth import KV_STATS
 from agentsim.cluster.request import LLMRequest
 from agentsim.cluster.routers import make_router
 from agentsim.engine.disaggregated import DisaggregatedCluster
 from agentsim.engine.hierarchy import Hierarchy, load_breakdown
 from agentsim.engine.agents import AgentDriver
-from agentsim.engine.run_warnings import kv_capacity_warning
 from agentsim.metrics.records import OccupancySample, RecordBuffer, RequestRecord, TierHitRecord
-from agentsim.metrics.request_table import request_table
-from agentsim.engine.economics import economics_summary
-from agentsim.metrics.summary import rows_where, summarize_requests
 from agentsim.engine.agentic import AgenticWiring
 from agentsim.engine.policy_factory import eviction_policy
 from agentsim.engine.collector import FREEZE_EVERY_REQUESTS, freezing_collector
-from agentsim.engine.deployment import deployment_summary
 from agentsim.engine.drain import DrainLimit
 from agentsim.engine.diagnostics import RunDiagnostics
+from agentsim.memory_release import return_freed_memory
 from agentsim.engine.prefill_ahead import PrefillAhead
 from agentsim.engine.recompute import RecomputeClassifier
+from agentsim.engine.run_result import RunResult, build_result
 from agentsim.metrics.timeseries import TimeSeriesSampler
 from agentsim.errors import InvariantViolation
-from agentsim.hardware.tier_kinds import tier_names
 from agentsim.hardware.timing.select import build_timer
 from agentsim.workload.content import KeySpaceExhausted
 
@@ -96,15 +89,6 @@ def _locate_violation(exc: BaseException) -> tuple[int | None, str]:
                 fallback = frame.f_code.co_name
             tb = tb.tb_next
     return instance, event or fallback or "an event"
-
-
-@dataclass
-class RunResult:
-    """What one run produces. ``summary`` keys are snake_case with units in the name."""
-
-    summary: dict
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
-    scenario: object = None
 
 
 class Simulation:
@@ -353,7 +337,11 @@ class Simulation:
             yield self.env.timeout(min(step, self.scenario.duration_s - self.env.now))
             self.progress(self.env.now, self.scenario.duration_s)
 
-    def run(self) -> RunResult:
+    def run(self, release_state: bool = False) -> RunResult:
+        """Run the simulation to its end and return its result. ``release_state``: let go of the
+        live state (caches, sessions, processes) once the result has read it and before the
+        request table is built, which lowers the run's peak memory by the table's size or the
+        state's, whichever is smaller; the simulation's attributes are gone afterwards."""
         started = time.perf_counter()
         stop = self.stop_request
         self._stop_after_served = stop.after_served if stop is not None else None
@@ -374,7 +362,7 @@ class Simulation:
             # whole-run totals (evictions or occupancy changes after the last tick included).
             self._sample(self.env.now)
         wall_s = time.perf_counter() - started
-        return self._result(wall_s)
+        return self._result(wall_s, release_state)
 
     def _run_events(self) -> None:
         """``env.run(until=self.finished)``, plus: stop early when :attr:`stop_request` is set
@@ -408,101 +396,21 @@ class Simulation:
             where = f" on instance {instance}" if instance is not None else ""
             raise InvariantViolation(f"invariant violated at t={env.now:.6f} s{where} during {event}: {exc}") from exc
 
-    def _result(self, wall_s: float) -> RunResult:
-        scenario = self.scenario
-        requests = request_table(self.request_records, self.tier_hit_records, tier_names())
-        occupancy = self.occupancy.frame()
-        simulated_s = float(self.env.now)
-        summary = {"scenario": scenario.name, "seed": scenario.seed, "policy": scenario.cache.eviction.name}
-        summary.update(summarize_requests(requests, scenario.run.warmup_s, float(self.env.now)))
-        counters = self.driver.counters
-        caches = [inst.cache for inst in self.instances]
-        busy_s = sum(inst.busy_s for inst in self.instances)
-        gpus = (scenario.hardware.gpus_per_instance * len(self.instances) if self.disaggregated is None
-                else self.disaggregated.gpus)
-        gpu_seconds = simulated_s * gpus
-        summary.update({
-            "sessions": counters.sessions_started,
-            "sessions_finished": counters.sessions_finished,
-            "sessions_context_full": counters.sessions_context_full,
-            "subagents": counters.subagents_spawned,
-            "compactions": counters.compactions,
-            "edits": counters.edits,
-            "invalidated_blocks": counters.invalidated_blocks,
-            "kv_capacity_blocks": self.capacity_blocks * len(self.instances),
-            "kv_capacity_bytes": self.capacity_blocks * len(self.instances) * self.block_tokens * scenario.model.kv_bytes_per_token,
-            "block_tokens": self.block_tokens,
-            "evicted_blocks": sum(c.evicted_blocks for c in caches),
-            "evicted_blocks_by_reason": _merge_counts(c.evicted_by_reason for c in caches),
-            "inserted_blocks": sum(c.inserted_blocks for c in caches),
-            "gpu_busy_fraction": busy_s / (simulated_s * len(self.instances)) if simulated_s > 0 else 0.0,
-            "gpu_seconds": gpu_seconds,
-            "iterations": sum(inst.iterations for inst in self.instances),   # decode workers' when disaggregated
-            "timing_source": self.timing.source,
-            "timing_reason": self.timing.reason,
-            "timing_deployment": self.timing.deployment,
-            "deployment": deployment_summary(scenario, self.instances, self.timing, pool_timings=(
-                {role: timer for role, (_cost, timer) in self.disaggregated.timers.items()}
-                if self.disaggregated is not None else None)),
-            "simulated_s": simulated_s,
-            "drain_limit_s": self.drain.limit_s,
-            "calls_cut_at_drain_limit": self.drain.cut_calls,
-            "wall_s": wall_s,
-            "simulated_requests_per_wall_s": len(requests) / wall_s if wall_s > 0 else math.inf,
-        })
-        summary.update(kv_admission_summary(scenario.serving, self.instances))
-        summary.update(economics_summary(scenario, requests, summary))  # GPU cost and provider cache bill
-        ttft_p99 = summary["ttft_p99_s"]
-        summary["slo_ttft_p99_met"] = (bool(ttft_p99 <= scenario.slo.ttft_p99_s) if scenario.slo.ttft_p99_s is not None else None)
-        summary["sla_target_met"] = bool(summary["sla_attainment"] >= scenario.slo.attainment_target) if summary["requests"] else False
-        summary.update(self.diagnostics.summary())
-        if self.prefill_ahead is not None:
-            summary.update(self.prefill_ahead.summary(simulated_s))
-        elif scenario.serving.prefill_ahead.name != "none":
-            # A trace replay has no tool gaps whose output could stream in ahead of the call.
-            summary["prefill_ahead"] = f"{scenario.serving.prefill_ahead.name} (not applied: the workload has no agent tool gaps)"
-        if self.recompute is not None:
-            summary["recomputed_tokens_evicted_by_tier"] = dict(self.recompute.evicted_by_tier_tokens)
-        else:   # run.recompute_split off: not worked out
-            summary.update(dict.fromkeys(("recomputed_tokens_cold", "recomputed_tokens_evicted",
-                                          "recomputed_tokens_invalidated", "recomputed_tokens_evicted_by_tier")))
-        # Too little KV for one request at the context limit (a trace's prompts have no such limit).
-        summary["kv_capacity_warning"] = kv_capacity_warning(scenario) if isinstance(self.driver, AgentDriver) else None
-        summary["recompute_record_bytes"] = self.recompute.state_bytes() if self.recompute is not None else 0
-        tables = {"requests": requests, "occupancy": occupancy}
-        if self.hierarchy is not None:
-            summary.update(self.hierarchy.summary(rows_where(requests, requests.arrival_s >= scenario.run.warmup_s),
-                                                  simulated_s))
-            tables["links"] = self.hierarchy.link_table(simulated_s)
-        if self.disaggregated is not None:
-            summary.update(self.disaggregated.summary(
-                rows_where(requests, requests.arrival_s >= scenario.run.warmup_s), simulated_s))
-            handoff_ports = self.disaggregated.link_table(simulated_s)
-            tables["links"] = (handoff_ports if self.hierarchy is None
-                               else pd.concat([tables["links"], handoff_ports], ignore_index=True))
-        tables.update(self.timeseries.tables())
-        # A run stopped early (Ctrl-C, SIGTERM) summarises the requests finished so far.
-        summary["complete"] = self.stop_reason is None
-        if self.stop_reason is not None:
-            summary["incomplete_reason"] = self.stop_reason
-        return RunResult(summary=summary, tables=tables, scenario=scenario)
+    def _result(self, wall_s: float, release_state: bool = False) -> RunResult:
+        """The run's summary and tables (:func:`agentsim.engine.run_result.build_result`)."""
+        return build_result(self, wall_s, release_state)
 
-
-def kv_admission_summary(serving, instances) -> dict:
-    """The KV admission rule in force and its preemption counters, summed over the instances
-    (over the whole run, warm-up included, as the cache counters are)."""
-    out: dict = {"kv_admission": serving.kv_admission_rule(), "preemption": serving.preemption}
-    for key in KV_STATS:
-        out[key] = sum(inst.kv_stats[key] for inst in instances)
-    return out
-
-
-def _merge_counts(dicts) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for counts in dicts:
-        for key, value in counts.items():
-            out[key] = out.get(key, 0) + value
-    return dict(sorted(out.items()))
+    def _release_state(self) -> None:
+        """Let go of everything but the scenario, the request and tier-hit records and the stop
+        reason, and hand the freed memory back (:mod:`agentsim.memory_release`). The
+        simulation cannot be inspected or run afterwards: only a caller that keeps nothing of it
+        but the result asks for this (:func:`run_scenario`)."""
+        keep = {"scenario", "request_records", "tier_hit_records", "stop_reason", "released"}
+        for name in list(vars(self)):
+            if name not in keep:
+                delattr(self, name)
+        self.released = True
+        return_freed_memory()
 
 
 def run_scenario(scenario, progress: ProgressCallback | None = None, stop: StopRequest | None = None) -> RunResult:
@@ -514,4 +422,5 @@ def run_scenario(scenario, progress: ProgressCallback | None = None, stop: StopR
     """
     simulation = Simulation(scenario, progress)
     simulation.stop_request = stop
-    return simulation.run()
+    # Nothing but the result leaves this function, so the live state can go before the table.
+    return simulation.run(release_state=True)

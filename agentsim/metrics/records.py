@@ -280,11 +280,17 @@ class RecordBuffer:
             return values.astype(bool) if code == "b" else values
         return [label for chunk in sealed for label in expand(chunk)] + self._labels[name]
 
-    def iter_columns(self):
+    def iter_columns(self, consume: bool = False):
         """``(name, values)`` per field in field order, every row: numeric fields as their own
         numpy arrays (int64, float64 or bool), label fields as new lists. One column is built at
-        a time, so a caller that consumes them one by one holds one column beyond its own."""
+        a time, so a caller that consumes them one by one holds one column beyond its own.
+
+        ``consume``: drop each field's chunks once its values are handed out (when the caller
+        asks for the next), and leave the buffer empty at the end, so the values are held once,
+        by the caller, instead of twice."""
         open_columns = self._open_columns()
+        if consume:
+            self._open()    # the open rows are in open_columns now
         for name in self.names:
             column, code, sealed = open_columns[name], self._code_of[name], self._sealed[name]
             if code:
@@ -295,6 +301,11 @@ class RecordBuffer:
             else:
                 yield name, ([label for chunk in sealed for label in expand(chunk)] + column if sealed
                              else list(column))
+            if consume:
+                del sealed[:], column
+                open_columns[name] = None
+        if consume:
+            self.clear()
 
     def frame(self) -> pd.DataFrame:
         if not self._rows:

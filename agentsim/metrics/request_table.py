@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from agentsim.memory_release import trim_heap
 from agentsim.metrics.records import RecordBuffer, with_tier_hit_columns
 
 
@@ -53,11 +54,18 @@ def _object_array(values: list) -> np.ndarray:
     return np.fromiter(values, dtype=object, count=len(values))
 
 
-def request_table(requests: RecordBuffer, tier_hits: RecordBuffer, tiers) -> pd.DataFrame:
+def request_table(requests: RecordBuffer, tier_hits: RecordBuffer, tiers, consume: bool = False) -> pd.DataFrame:
     """The request table of ``requests`` (a buffer of RequestRecord) and ``tier_hits`` (of
-    TierHitRecord) for the tier kinds ``tiers``, in order (see the module docstring)."""
+    TierHitRecord) for the tier kinds ``tiers``, in order (see the module docstring).
+
+    ``consume``: empty both buffers as the table takes their values, column by column, handing
+    each column's freed chunks back to the operating system (:func:`trim_heap`), so the build's
+    peak is about the table rather than the table plus the buffers."""
     if not len(requests):
         frame = with_tier_hit_columns(requests.frame(), tier_hits.frame(), tiers)
+        if consume:
+            requests.clear()
+            tier_hits.clear()
         return frame.sort_values("request_id", kind="stable").reset_index(drop=True)
     ids = requests.column("request_id")
     # A stable sort of increasing ids is the identity: skip the take then.
@@ -65,8 +73,13 @@ def request_table(requests: RecordBuffer, tier_hits: RecordBuffer, tiers) -> pd.
     sorted_ids = ids if order is None else ids[order]
     hits = _tier_hit_columns(tier_hits, tiers, sorted_ids)
     del ids, sorted_ids
+    if consume:
+        tier_hits.clear()
+        trim_heap()
     data = {}
-    for name, values in requests.iter_columns():
+    for name, values in requests.iter_columns(consume):
+        if consume:
+            trim_heap()     # the previous column's chunks, dropped as this one was asked for
         if order is not None:
             # A label list goes through an object array for the take (8 bytes a row while it
             # lasts, where a list of positions would hold an int object per row throughout).

@@ -55,7 +55,17 @@ class TimeSeriesSampler:
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """``evictions`` always (possibly empty), ``link_samples`` when the run has links."""
-        out = {"evictions": self.evictions.frame()}
-        if self.links:
-            out["link_samples"] = self.link_samples.frame()
-        return out
+        return series_tables(*self.buffers())
+
+    def buffers(self) -> tuple[RecordBuffer, RecordBuffer | None]:
+        """The eviction samples' buffer, and the link samples' when the run has links: what
+        :meth:`tables` builds its tables from (:func:`series_tables`), without the sampler."""
+        return self.evictions, (self.link_samples if self.links else None)
+
+
+def series_tables(evictions: RecordBuffer, link_samples: RecordBuffer | None) -> dict[str, pd.DataFrame]:
+    """``evictions`` always (possibly empty), ``link_samples`` when given (a run with links)."""
+    out = {"evictions": evictions.frame()}
+    if link_samples is not None:
+        out["link_samples"] = link_samples.frame()
+    return out

@@ -41,7 +41,7 @@ def run_timed_replay(trace, fmt: str = "auto", mode: str = "open-loop", policy: 
                      block_tokens: int | None = None, session_offset_s: float = 0.0, out_dir=None,
                      scenario_file: str | Path | None = None, overrides: list[str] | None = None,
                      policy_params: dict | None = None, param_items: list[str] | None = None):
-    """Replay ``trace`` with timing; returns a :class:`~agentsim.engine.simulation.RunResult`
+    """Replay ``trace`` with timing; returns a :class:`~agentsim.engine.run_result.RunResult`
     whose summary also holds ``requests``, ``unique_blocks``, ``ideal_hit_ratio``,
     ``block_hit_ratio`` (hit blocks / requested blocks), ``capacity_blocks``, ``policy``, ``mode``.
     Writes the run directory when ``out_dir`` is given.
