@@ -16,6 +16,7 @@ from agentsim.cluster.serving.kv_admission import make_kv_admission
 from agentsim.cluster.serving.recv_interval import receive_gate
 from agentsim.config.disaggregation import pool_scenario
 from agentsim.engine.hierarchy import Hierarchy
+from agentsim.hardware.links import link_frame, link_rows
 from agentsim.hardware.timing.select import build_timer
 from agentsim.hardware.topology import place_pools
 from agentsim.metrics.summary import rows_where
@@ -131,11 +132,12 @@ class DisaggregatedCluster:
                                                       default=0.0)
         return out
 
-    def link_table(self, simulated_s: float):
-        import pandas as pd
+    def link_rows(self, simulated_s: float) -> list[dict]:
+        """The hand-off ports' rows of the link table (:func:`agentsim.hardware.links.link_rows`)."""
+        return link_rows(self.front.all_links(), simulated_s)
 
-        rows = [{"link": link.name, **link.stats(simulated_s)} for link in self.front.all_links()]
-        return pd.DataFrame(rows, columns=["link", "kind", "bandwidth_bytes_per_s", "bytes", "transfers", "busy_s", "utilisation"])
+    def link_table(self, simulated_s: float):
+        return link_frame(self.link_rows(simulated_s))
 
 
 _TTFT_PARTS = ("queue_wait", "prefill", "decode_queue", "kv_transfer", "decode_first_step")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import simpy
 
+from agentsim.hardware.links import link_frame, link_rows
 from agentsim.hardware.tier_kinds import host_tier, tier_names
 from agentsim.hardware.topology import build_topology, tier_capacity_bytes
 from agentsim.metrics.summary import rows_where
@@ -80,14 +81,13 @@ class Hierarchy:
         """(tier, used blocks, capacity blocks, pinned/reserved blocks) of one instance's tiers."""
         return [(t.name, t.used_blocks, t.capacity_blocks, t.reserved_blocks) for t in instance.cache.tiers[1:]]
 
-    def link_table(self, elapsed_s: float):
-        import pandas as pd
+    def link_rows(self, elapsed_s: float) -> list[dict]:
+        """The link table's rows (:func:`agentsim.hardware.links.link_rows`), links by name."""
+        links = self.topology.all_links
+        return link_rows([links[name] for name in sorted(links)], elapsed_s)
 
-        rows = []
-        for name in sorted(self.topology.all_links):
-            stats = self.topology.all_links[name].stats(elapsed_s)
-            rows.append({"link": name, **stats})
-        return pd.DataFrame(rows, columns=["link", "kind", "bandwidth_bytes_per_s", "bytes", "transfers", "busy_s", "utilisation"])
+    def link_table(self, elapsed_s: float):
+        return link_frame(self.link_rows(elapsed_s))
 
     def summary(self, requests, elapsed_s: float) -> dict:
         """Hit tokens per tier, TTFT breakdown, per-tier and per-link-kind traffic: the

@@ -21,6 +21,7 @@ from agentsim.engine.economics import economics_summary
 from agentsim.engine.hierarchy import request_summary as hierarchy_request_summary
 from agentsim.engine.run_warnings import kv_capacity_warning
 from agentsim.cluster.serving.kv_growth import KV_STATS
+from agentsim.hardware.links import link_frame
 from agentsim.hardware.tier_kinds import tier_names
 from agentsim.metrics.request_table import request_table
 from agentsim.metrics.summary import rows_where, summarize_requests
@@ -64,12 +65,9 @@ def build_result(sim, wall_s: float, release_state: bool = False) -> RunResult:
     hierarchy_state = sim.hierarchy.state_summary(simulated_s) if sim.hierarchy is not None else None
     disaggregated_state = (sim.disaggregated.state_summary(simulated_s) if sim.disaggregated is not None
                            else None)
-    links = None
-    if sim.hierarchy is not None:
-        links = sim.hierarchy.link_table(simulated_s)
-    if sim.disaggregated is not None:
-        handoff_ports = sim.disaggregated.link_table(simulated_s)
-        links = handoff_ports if links is None else pd.concat([links, handoff_ports], ignore_index=True)
+    # The link tables' rows now (the links go with the state), their frames after.
+    hierarchy_links = sim.hierarchy.link_rows(simulated_s) if sim.hierarchy is not None else None
+    handoff_links = sim.disaggregated.link_rows(simulated_s) if sim.disaggregated is not None else None
     # The record buffers outlive the state; their tables are built after it has gone.
     occupancy, series = sim.occupancy, sim.timeseries.buffers()
     if release_state:
@@ -79,8 +77,9 @@ def build_result(sim, wall_s: float, release_state: bool = False) -> RunResult:
     requests = request_table(sim.request_records, sim.tier_hit_records, tier_names(), consume=release_state)
     tables = {"requests": requests, "occupancy": occupancy.frame()}
     del occupancy
-    if links is not None:
-        tables["links"] = links
+    if hierarchy_links is not None or handoff_links is not None:
+        frames = [link_frame(rows) for rows in (hierarchy_links, handoff_links) if rows is not None]
+        tables["links"] = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     tables.update(series_tables(*series))
     del series
     summary = {"scenario": scenario.name, "seed": scenario.seed, "policy": scenario.cache.eviction.name}
@@ -106,6 +105,7 @@ def build_result(sim, wall_s: float, release_state: bool = False) -> RunResult:
     if sim.stop_reason is not None:
         summary["incomplete_reason"] = sim.stop_reason
     return RunResult(summary=summary, tables=tables, scenario=scenario)
+
 
 def _state_summary(sim, wall_s: float, simulated_s: float, requests_count: int) -> dict:
     """The summary's keys read from the counters of the driver, caches and instances, and

@@ -43,6 +43,23 @@ _remaining_of = attrgetter("remaining_bytes")
 _size_of = attrgetter("size_bytes")
 
 
+#: The columns of a run's link table: one row a link, its :meth:`Link.stats` after its name.
+LINK_TABLE_COLUMNS = ["link", "kind", "bandwidth_bytes_per_s", "bytes", "transfers", "busy_s", "utilisation"]
+
+
+def link_rows(links, elapsed_s: float) -> list[dict]:
+    """One plain row a link of ``links`` (in their order): its name and :meth:`Link.stats`. A run
+    reads these before it lets go of its links, and builds the table (:func:`link_frame`) after."""
+    return [{"link": link.name, **link.stats(elapsed_s)} for link in links]
+
+
+def link_frame(rows: list[dict]):
+    """The link table of :func:`link_rows`' rows (the columns even with no row)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=LINK_TABLE_COLUMNS)
+
+
 class Link:
     """A shared pipe of ``bandwidth_bytes_per_s`` with ``latency_s`` setup per transfer."""
 
