@@ -64,4 +64,5 @@ def test_a_kept_simulation_can_still_be_inspected():
     name, sets = CASES["plain"]
     simulation = Simulation(load_scenario(ROOT / "scenarios" / name, sets))
     simulation.run()
+    assert simulation.released is False
     assert simulation.instances[0].cache.inserted_blocks > 0

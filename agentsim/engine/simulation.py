@@ -187,6 +187,8 @@ class Simulation:
         self._stop_after_served: int | None = None   # served requests still to go (stop_request.after_served)
         self._freeze_survivors: Callable[[], None] = lambda: None   # set while the events run
         self._finishes_to_freeze = FREEZE_EVERY_REQUESTS
+        #: True once the run has let go of its live state (:meth:`run` with ``release_state``).
+        self.released = False
 
     def record_buffers(self) -> tuple:
         """Every buffer the run appends records to (requests, their tier hits, occupancy, the
