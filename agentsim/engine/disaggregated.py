@@ -5,8 +5,6 @@ the mechanism is :mod:`agentsim.cluster.serving.disaggregation`."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from agentsim.engine.policy_factory import eviction_policy
 from agentsim.cache.radix import RadixCache
 from agentsim.cluster.routers import make_router
@@ -16,10 +14,10 @@ from agentsim.cluster.serving.kv_admission import make_kv_admission
 from agentsim.cluster.serving.recv_interval import receive_gate
 from agentsim.config.disaggregation import pool_scenario
 from agentsim.engine.hierarchy import Hierarchy
-from agentsim.hardware.links import link_frame, link_rows
+from agentsim.hardware.links import link_rows
 from agentsim.hardware.timing.select import build_timer
 from agentsim.hardware.topology import place_pools
-from agentsim.metrics.summary import rows_where
+from agentsim.metrics.summary import rows_where, ttft_part_summary
 
 
 class DisaggregatedCluster:
@@ -98,16 +96,11 @@ class DisaggregatedCluster:
     def gpus(self) -> int:
         return sum(pool.hardware.gpus_per_instance * pool.hardware.instances for pool in self.pools.values())
 
-    def summary(self, requests, simulated_s: float) -> dict:
-        """Pool sizes, the prefill pool's busy fraction and cache, and the hand-offs: bytes, links,
-        and TTFT's parts (prefill queue, prefill, decode queue, KV transfer): :meth:`state_summary`
-        with its request keys filled by :func:`fill_request_summary`."""
-        return fill_request_summary(self.state_summary(simulated_s), requests)
-
     def state_summary(self, simulated_s: float) -> dict:
-        """Every key of :meth:`summary`, those read from the requests None (in their places, so
-        the filled summary keeps its order): what the pools, hand-offs and ports counted, read
-        before a run lets go of its workers."""
+        """The run summary's disaggregation keys: pool sizes, the prefill pool's busy fraction and
+        cache, the hand-offs' bytes and links, and TTFT's parts. What the pools, hand-offs and
+        ports counted is read here, before a run lets go of its workers; the keys read from the
+        requests are None in their places until :func:`fill_request_summary` fills them."""
         out: dict = {"disaggregated": True,
                      "prefill_workers": len(self.prefill), "decode_workers": len(self.decode),
                      "prefill_gpus_per_worker": self.pools["prefill"].hardware.gpus_per_instance,
@@ -136,9 +129,6 @@ class DisaggregatedCluster:
         """The hand-off ports' rows of the link table (:func:`agentsim.hardware.links.link_rows`)."""
         return link_rows(self.front.all_links(), simulated_s)
 
-    def link_table(self, simulated_s: float):
-        return link_frame(self.link_rows(simulated_s))
-
 
 _TTFT_PARTS = ("queue_wait", "prefill", "decode_queue", "kv_transfer", "decode_first_step")
 _TTFT_PART_KEYS = tuple(f"ttft_{part}_{stat}" for part in _TTFT_PARTS for stat in ("mean_s", "p99_s"))
@@ -151,11 +141,7 @@ def fill_request_summary(state: dict, requests) -> dict:
     out = dict(state)
     done = rows_where(requests, ~requests.rejected) if len(requests) else requests
     out["decode_hit_tokens"] = int(done.decode_hit_tokens.sum()) if len(done) else 0
-    for part in _TTFT_PARTS:
-        values = done[f"{part}_s"].to_numpy(dtype=float) if len(done) else np.array([])
-        values = values[np.isfinite(values)]
-        out[f"ttft_{part}_mean_s"] = float(values.mean()) if len(values) else float("nan")
-        out[f"ttft_{part}_p99_s"] = float(np.percentile(values, 99)) if len(values) else float("nan")
+    out.update(ttft_part_summary(done, _TTFT_PARTS))
     served = done.prefill_worker.value_counts() if len(done) else None
     out["prefill_busiest_share"] = (float(served.max() * state["prefill_workers"] / served.sum())
                                     if served is not None and len(served) else float("nan"))

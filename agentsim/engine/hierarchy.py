@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import simpy
 
-from agentsim.hardware.links import link_frame, link_rows
+from agentsim.hardware.links import link_rows
 from agentsim.hardware.tier_kinds import host_tier, tier_names
 from agentsim.hardware.topology import build_topology, tier_capacity_bytes
-from agentsim.metrics.summary import rows_where
+from agentsim.metrics.summary import rows_where, ttft_part_summary
 
 
 class Hierarchy:
@@ -86,18 +86,11 @@ class Hierarchy:
         links = self.topology.all_links
         return link_rows([links[name] for name in sorted(links)], elapsed_s)
 
-    def link_table(self, elapsed_s: float):
-        return link_frame(self.link_rows(elapsed_s))
-
-    def summary(self, requests, elapsed_s: float) -> dict:
-        """Hit tokens per tier, TTFT breakdown, per-tier and per-link-kind traffic: the
-        :func:`request_summary` of ``requests`` followed by :meth:`state_summary`."""
-        return {**request_summary(requests), **self.state_summary(elapsed_s)}
-
     def state_summary(self, elapsed_s: float) -> dict:
-        """What the tiers, instances and links counted: per-tier blocks, prefetch and tool-gap
-        moves, per-link and per-link-kind traffic (no request needed, so a run reads it before
-        it lets go of its caches)."""
+        """The run summary's tier keys that follow :func:`request_summary`'s, all counted by the
+        tiers, instances and links: per-tier blocks, prefetch and tool-gap moves, per-link and
+        per-link-kind traffic (no request needed, so a run reads them before it lets go of its
+        caches)."""
         out: dict = {}
         tiers: dict = {}
         for cache in self.caches:
@@ -143,8 +136,6 @@ class Hierarchy:
 def request_summary(requests) -> dict:
     """Hit tokens per tier and TTFT's parts (queue, load, prefill) over the served rows of
     ``requests`` (a request table, or a selection of one)."""
-    import numpy as np
-
     out: dict = {}
     done = rows_where(requests, ~requests.rejected) if len(requests) else requests
     prompt = float(done.prompt_tokens.sum()) if len(done) else 0.0
@@ -153,11 +144,7 @@ def request_summary(requests) -> dict:
     out["hit_ratio_by_tier"] = {name: (value / prompt if prompt else float("nan")) for name, value in hits.items()}
     for name in tier_names():
         out[f"hit_ratio_{name}"] = out["hit_ratio_by_tier"][name]
-    for part in ("queue_wait", "load_wait", "prefill"):
-        values = done[f"{part}_s"].to_numpy(dtype=float) if len(done) else np.array([])
-        values = values[np.isfinite(values)]
-        out[f"ttft_{part}_mean_s"] = float(values.mean()) if len(values) else float("nan")
-        out[f"ttft_{part}_p99_s"] = float(np.percentile(values, 99)) if len(values) else float("nan")
+    out.update(ttft_part_summary(done, ("queue_wait", "load_wait", "prefill")))
     out["loaded_bytes"] = float(done.loaded_bytes.sum()) if len(done) else 0.0
     return out
 

@@ -46,6 +46,19 @@ def latency_summary(done: pd.DataFrame) -> dict:
     return out
 
 
+def ttft_part_summary(done: pd.DataFrame, parts) -> dict:
+    """``ttft_<part>_mean_s`` and ``ttft_<part>_p99_s`` per name in ``parts``, over the finite
+    values of ``done``'s ``<part>_s`` column (NaN where there are none): TTFT's parts as the
+    tiers and the disaggregated pools break it down."""
+    out: dict[str, float] = {}
+    for part in parts:
+        values = done[f"{part}_s"].to_numpy(dtype=float) if len(done) else np.array([])
+        values = values[np.isfinite(values)]
+        out[f"ttft_{part}_mean_s"] = float(values.mean()) if len(values) else float("nan")
+        out[f"ttft_{part}_p99_s"] = _pct(values, 99)
+    return out
+
+
 #: Causes of time spent waiting before the first token, in display order: no batch slot, no KV
 #: memory, held by its own load from a lower tier, the iteration in progress (all in the waiting
 #: queue, :mod:`agentsim.cluster.serving.queue_causes`), then, once admitted, the prefill chunk
