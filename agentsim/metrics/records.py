@@ -15,7 +15,8 @@ from operator import attrgetter
 import numpy as np
 import pandas as pd
 
-from agentsim.metrics.compact_columns import CHUNK_ROWS, expand, nbytes, seal
+from agentsim.metrics.chunk_spill import ChunkSpill, chunk_nbytes, loaded
+from agentsim.metrics.compact_columns import CHUNK_ROWS, expand, seal
 
 
 @dataclass(slots=True)
@@ -184,6 +185,11 @@ _NUMERIC_CODES = {"int": "q", "float": "d", "bool": "b"}
 _OPEN_DTYPES = {"b": np.int8, "q": np.int64, "d": np.float64}
 
 
+def _held(chunk):
+    """A sealed chunk kept as it is (a buffer without a spill)."""
+    return chunk
+
+
 def _one_tuple_getter(name: str):
     """``record -> (record.name,)``: the getter of a type code with a single field."""
     get = attrgetter(name)
@@ -205,10 +211,15 @@ class RecordBuffer:
     bytes per value. ``frame()`` gives the same DataFrame as :func:`record_frame` of the records
     (same columns, order and dtypes: int fields int64, float fields float64, bool fields bool,
     the rest as pandas infers from a list). ``len()`` and ``clear()`` work as for a list.
+
+    ``spill`` (the default): sealed chunks go to a temporary file as they are sealed and are read
+    back when the columns are built (:mod:`agentsim.metrics.chunk_spill`), so the records a run
+    holds in memory are the open chunk's, whatever the run's length.
     """
 
-    def __init__(self, record_type):
+    def __init__(self, record_type, spill: bool = True):
         self.record_type = record_type
+        self._spill = ChunkSpill() if spill else None
         self.names = list(record_type.__slots__)
         types = {f.name: f.type for f in fields(record_type)}
         self._codes = [_NUMERIC_CODES.get(types[name]) for name in self.names]
@@ -220,8 +231,10 @@ class RecordBuffer:
         self.clear()
 
     def clear(self) -> None:
-        #: Per field: its sealed chunks, oldest first.
+        #: Per field: its sealed chunks (or their spilled handles), oldest first.
         self._sealed: dict[str, list] = {name: [] for name in self.names}
+        if self._spill is not None:
+            self._spill.close()
         self._open()
         self._rows = 0
 
@@ -248,8 +261,9 @@ class RecordBuffer:
         self._rows += 1
         self._open_rows += 1
         if self._open_rows == CHUNK_ROWS:
+            keep = self._spill.put if self._spill is not None else _held
             for name, column in self._open_columns().items():
-                self._sealed[name].append(seal(column, self._code_of[name]))
+                self._sealed[name].append(keep(seal(column, self._code_of[name])))
             self._open()
 
     def _open_columns(self) -> dict:
@@ -264,10 +278,14 @@ class RecordBuffer:
         return columns
 
     def nbytes(self) -> int:
-        """Bytes of the values held (sealed chunks and the open buffers)."""
+        """Bytes of the values held (sealed chunks, in memory or spilled, and the open buffers)."""
         open_bytes = sum(values.itemsize * len(values) for values in self._arrays.values())
         open_bytes += sum(8 * len(labels) for labels in self._labels.values())
-        return open_bytes + sum(nbytes(chunk) for sealed in self._sealed.values() for chunk in sealed)
+        return open_bytes + sum(chunk_nbytes(chunk) for sealed in self._sealed.values() for chunk in sealed)
+
+    def spilled_bytes(self) -> int:
+        """Bytes of the temporary file the sealed chunks went to (0 without a spill)."""
+        return self._spill.spilled_bytes if self._spill is not None else 0
 
     def column(self, name: str):
         """Every row's value of field ``name``: a new numpy array (int64, float64 or bool) for a
@@ -276,9 +294,9 @@ class RecordBuffer:
         if code:
             names = self._groups[code]
             rows = np.frombuffer(self._arrays[code], dtype=_OPEN_DTYPES[code]).reshape(self._open_rows, len(names))
-            values = np.concatenate([expand(chunk) for chunk in sealed] + [rows[:, names.index(name)]])
+            values = np.concatenate([expand(loaded(chunk)) for chunk in sealed] + [rows[:, names.index(name)]])
             return values.astype(bool) if code == "b" else values
-        return [label for chunk in sealed for label in expand(chunk)] + self._labels[name]
+        return [label for chunk in sealed for label in expand(loaded(chunk))] + self._labels[name]
 
     def iter_columns(self, consume: bool = False):
         """``(name, values)`` per field in field order, every row: numeric fields as their own
@@ -296,10 +314,10 @@ class RecordBuffer:
             if code:
                 # concatenate copies: the values must not share memory with a buffer that may
                 # grow again.
-                values = np.concatenate([expand(chunk) for chunk in sealed] + [column])
+                values = np.concatenate([expand(loaded(chunk)) for chunk in sealed] + [column])
                 yield name, (values.astype(bool) if code == "b" else values)
             else:
-                yield name, ([label for chunk in sealed for label in expand(chunk)] + column if sealed
+                yield name, ([label for chunk in sealed for label in expand(loaded(chunk))] + column if sealed
                              else list(column))
             if consume:
                 del sealed[:], column
