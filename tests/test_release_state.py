@@ -66,3 +66,28 @@ def test_a_kept_simulation_can_still_be_inspected():
     simulation.run()
     assert simulation.released is False
     assert simulation.instances[0].cache.inserted_blocks > 0
+
+
+def test_the_deferred_diagnostics_need_none_of_the_live_state():
+    """The eviction ages' statistics, the TTL diagnostics built on them and the headroom replay
+    run after the state has gone: what fills them holds no cache or event loop, and filling them
+    then gives the summary of a run that kept its state."""
+    sets = ["duration_s=4m", "workload.agent_classes.coding.arrival.concurrent=16"]
+    simulation = Simulation(load_scenario(ROOT / "scenarios" / "ttl-capacity-bound.yaml", sets))
+    kept = simulation.run().summary
+    assert kept["ttl_warning"] and math.isfinite(kept["characteristic_eviction_time_s"])
+    assert kept["belady_headroom_skipped"] is None          # the replay ran
+    early, deferred = simulation.diagnostics.summary_before_release()
+    deferred_keys = ["characteristic_eviction_time_s", "characteristic_eviction_time_mean_s",
+                     "characteristic_eviction_time_max_s", "characteristic_eviction_time_by_tier_s",
+                     "ttl_tier", "ttl_tier_characteristic_eviction_time_s", "ttl_margin_s", "ttl_warning"]
+    assert [early[key] for key in deferred_keys] == [None] * len(deferred_keys)
+    assert "belady_replay_hit_ratio" not in early
+    watched = [weakref.ref(simulation.instances[0].cache), weakref.ref(simulation.env)]
+    del simulation
+    gc.collect()
+    assert [ref() for ref in watched] == [None, None]
+    filled = deferred.finish(early)
+    keys = [key for key in filled if key not in WALL_CLOCK]
+    assert keys == [key for key in kept if key in filled and key not in WALL_CLOCK]
+    assert [key for key in keys if not _same(filled[key], kept[key])] == []

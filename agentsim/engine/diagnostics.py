@@ -63,7 +63,7 @@ from agentsim.cache.policy import EvictionPolicy
 from agentsim.engine.policy_factory import eviction_policy
 from agentsim.cache.radix import RadixCache
 from agentsim.cache.sequential import replay_sequence
-from agentsim.engine.regimes import regime_of, tier_regimes, ttl_diagnostics
+from agentsim.engine.regimes import TTL_DIAGNOSTIC_KEYS, regime_of, tier_regimes, ttl_diagnostics
 from agentsim.metrics.catalogue import EVICTION_REASONS
 
 REASONS = EVICTION_REASONS   # the metric catalogue's list, so a summary and its figures agree
@@ -78,10 +78,14 @@ def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
     """The weighted median (lower median on exact halves); NaN for no weight."""
     if len(values) == 0 or weights.sum() <= 0:
         return float("nan")
+    # One array of the sorted weights, summed in place, and one value taken through the order:
+    # at a fleet's end the ages of 72 instances' tiers are millions, and each whole-length
+    # temporary is tens of MB on top of the event loop's peak.
     order = np.argsort(values, kind="stable")
-    cum = np.cumsum(weights[order])
+    cum = weights[order]
+    np.cumsum(cum, out=cum)
     index = int(np.searchsorted(cum, cum[-1] / 2.0))
-    return float(values[order][index])
+    return float(values[order[index]])
 
 
 #: Capacity evictions a recorder keeps exactly (16 bytes each); past this it folds them into its
@@ -160,8 +164,11 @@ def _age_stats(recorders: list[EvictionAgeRecorder]) -> tuple[float, float, floa
     """(block-weighted median, mean, max) idle age at capacity eviction; NaN when none. Exact
     while no recorder has folded (see :data:`EXACT_EVICTIONS`); then the median is a histogram
     bin's centre (within 0.05%), the mean and the max stay exact."""
-    ages = np.concatenate([np.asarray(r.ages_s, dtype=float) for r in recorders] or [np.empty(0)])
-    weights = np.concatenate([np.asarray(r.blocks, dtype=float) for r in recorders] or [np.empty(0)])
+    # Concatenated from views of the recorders' arrays (no copy of each first), the block counts
+    # converted to float as they are copied.
+    ages = np.concatenate([np.frombuffer(r.ages_s, dtype=np.float64) for r in recorders] or [np.empty(0)])
+    weights = np.concatenate([np.frombuffer(r.blocks, dtype=np.int64) for r in recorders] or [np.empty(0)],
+                             dtype=np.float64)
     folded = [r for r in recorders if r.folded_blocks is not None]
     if not folded:
         if weights.sum() <= 0:
@@ -256,6 +263,17 @@ class RunDiagnostics:
 
     # --- summary -----------------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
+        """The diagnostics' summary keys (see the module docstring)."""
+        out, rest = self.summary_before_release()
+        return rest.finish(out)
+
+    def summary_before_release(self) -> tuple[dict[str, Any], "DeferredDiagnostics"]:
+        """The summary's keys in their final order, with those that need only the eviction
+        ages and the headroom stream still None; and what fills them in
+        (:meth:`DeferredDiagnostics.finish`), which holds none of the live state. The
+        statistics over the ages (sorts of every recorded eviction: tens of MB at a fleet's
+        end) and the headroom replay (whole caches rebuilt) then run after the run has let go
+        of its state (:func:`agentsim.engine.run_result.build_result`), not on top of it."""
         out: dict[str, Any] = {}
         reasons = {name: 0 for name in REASONS}
         counters = {name: 0 for name in TTL_COUNTERS}
@@ -299,13 +317,8 @@ class RunDiagnostics:
         out.update({k: int(v) for k, v in counters.items()})
         for key, value in sorted(extra_counters.items()):
             out[f"policy_{key}"] = value
-        t_c, t_c_mean, t_c_max = _age_stats(self.recorders)
-        out["characteristic_eviction_time_s"] = t_c
-        out["characteristic_eviction_time_mean_s"] = t_c_mean
-        out["characteristic_eviction_time_max_s"] = t_c_max
+        out.update(dict.fromkeys(_AGE_KEYS))      # DeferredDiagnostics.finish fills them
         names = [tier.name for tier in self._tiers(self.instances[0])]
-        out["characteristic_eviction_time_by_tier_s"] = {
-            name: _age_stats([recorders[index] for recorders in self.tier_recorders])[0] for index, name in enumerate(names)}
         # The longest time a block was held unevictable: an in-flight request, or a TTL-pin.
         out["max_pin_s"] = max(self.max_inflight_s, float(extra_counters.get("max_pin_s", 0.0)))
         ttl_by_tier = [_policy_ttl_s(policy) for policy in self._tier_policies(self.instances[0])]
@@ -317,8 +330,7 @@ class RunDiagnostics:
         tier_reasons = by_tier if self.tiered else {
             names[0]: {**reasons, "ttl_expiry": counters["ttl_expirations_blocks"]}}
         out["regime_by_tier"] = tier_regimes(tier_reasons)
-        out.update(ttl_diagnostics(ttl_s, ttl_tier, out["characteristic_eviction_time_by_tier_s"], tier_reasons,
-                                   out["max_pin_s"], float(self.env.now)))
+        out.update(dict.fromkeys(TTL_DIAGNOSTIC_KEYS))   # from each tier's T_C: filled with the ages
         if self.tiered:
             # Blocks leave the cache for capacity only from the last tier (HBM evictions demote).
             out["cache_exit_capacity_blocks"] = int(last_tier_capacity)
@@ -326,40 +338,114 @@ class RunDiagnostics:
             out["regime"] = out["regime_by_tier"][ttl_tier or names[0]]
         else:
             out["regime"] = out["regime_by_tier"][names[0]]
-        out.update(self.headroom())
-        return out
+        rest = DeferredDiagnostics(
+            last_tier=[_EvictionAges.of(r) for r in self.recorders],
+            by_tier={name: [_EvictionAges.of(recorders[index]) for recorders in self.tier_recorders]
+                     for index, name in enumerate(names)},
+            ttl_s=ttl_s, ttl_tier=ttl_tier, tier_reasons=tier_reasons, max_pin_s=out["max_pin_s"],
+            simulated_s=float(self.env.now), headroom=self._headroom_inputs())
+        return out, rest
+
+    def _headroom_inputs(self) -> "_HeadroomInputs":
+        keep = self.keep_stream and self.stream_blocks > 0
+        return _HeadroomInputs(
+            skipped=self.headroom_skipped, empty_stream=self.keep_stream and self.stream_blocks == 0,
+            streams=[(self.streams[inst.instance_id], inst.cache.capacity_blocks) for inst in self.instances] if keep else [],
+            scenario=self.scenario)
 
     def headroom(self) -> dict[str, Any]:
-        empty = {"belady_replay_hit_ratio": None, "policy_replay_hit_ratio": None, "belady_headroom": None,
-                 "upper_bound_replay_hit_ratio": None, "upper_bound_headroom": None,
-                 "belady_headroom_skipped": self.headroom_skipped}
-        if not self.keep_stream:
-            return empty
-        if self.stream_blocks == 0:
-            return {**empty, "belady_headroom_skipped": "no request used the cache"}
-        started = time.perf_counter()
-        ref = self.scenario.cache.eviction
-        opt_hits = pol_hits = bound_hits = requested = 0
-        for inst in self.instances:
-            stream = sorted(self.streams[inst.instance_id], key=lambda r: (r[0], r[1]))
-            if not stream:
-                continue
-            capacity = inst.cache.capacity_blocks
-            hits, req = replay_stream(stream, capacity, EVICTION_POLICIES.get("belady")())
-            opt_hits += hits
-            requested += req
-            bound_hits += prefix_hit_upper_bound([prompt for _t, _id, prompt, _total in stream], capacity,
-                                                 [total for _t, _id, _p, total in stream]).hit_blocks
-            if ref.name == "belady":
-                pol_hits += hits
-            else:
-                policy = eviction_policy(ref, self.scenario)
-                pol_hits += replay_stream(stream, capacity, policy)[0]
-        if requested == 0:
-            return {**empty, "belady_headroom_skipped": "no request used the cache"}
-        opt = opt_hits / requested
-        pol = pol_hits / requested
-        bound = bound_hits / requested
-        return {"belady_replay_hit_ratio": opt, "policy_replay_hit_ratio": pol, "belady_headroom": opt - pol,
-                "upper_bound_replay_hit_ratio": bound, "upper_bound_headroom": bound - pol,
-                "belady_headroom_skipped": None, "headroom_replay_wall_s": time.perf_counter() - started}
+        """The headroom keys (module docstring), from the stream kept so far."""
+        return _headroom(self._headroom_inputs())
+
+
+#: The summary keys of the eviction ages' statistics, in their order.
+_AGE_KEYS = ("characteristic_eviction_time_s", "characteristic_eviction_time_mean_s",
+             "characteristic_eviction_time_max_s", "characteristic_eviction_time_by_tier_s")
+
+
+class _EvictionAges:
+    """A recorder's ages and block counts without the recorder (which its policy's wrapper, and
+    through it the cache, keeps alive): what :func:`_age_stats` reads."""
+
+    __slots__ = ("ages_s", "blocks", "folded_blocks", "folded_age_blocks_s", "folded_max_s")
+
+    @classmethod
+    def of(cls, recorder: EvictionAgeRecorder) -> "_EvictionAges":
+        ages = cls()
+        for name in cls.__slots__:
+            setattr(ages, name, getattr(recorder, name))
+        return ages
+
+
+class _HeadroomInputs:
+    """What the headroom replay reads: each instance's kept stream and HBM capacity."""
+
+    __slots__ = ("skipped", "empty_stream", "streams", "scenario")
+
+    def __init__(self, skipped, empty_stream, streams, scenario) -> None:
+        self.skipped, self.empty_stream, self.streams, self.scenario = skipped, empty_stream, streams, scenario
+
+
+class DeferredDiagnostics:
+    """The diagnostics' summary keys that need none of the live state: the statistics of the
+    eviction ages, the TTL diagnostics built on them, and the headroom replay
+    (:meth:`RunDiagnostics.summary_before_release`)."""
+
+    def __init__(self, last_tier, by_tier, ttl_s, ttl_tier, tier_reasons, max_pin_s, simulated_s, headroom) -> None:
+        self.last_tier = last_tier
+        self.by_tier = by_tier
+        self.ttl_s, self.ttl_tier, self.tier_reasons = ttl_s, ttl_tier, tier_reasons
+        self.max_pin_s, self.simulated_s = max_pin_s, simulated_s
+        self.headroom = headroom
+
+    def finish(self, out: dict[str, Any]) -> dict[str, Any]:
+        """Fill ``out``'s deferred keys in place (their order kept) and add the headroom keys;
+        returns ``out``. Once only: the ages and the stream are dropped as they are read."""
+        t_c, t_c_mean, t_c_max = _age_stats(self.last_tier)
+        out["characteristic_eviction_time_s"] = t_c
+        out["characteristic_eviction_time_mean_s"] = t_c_mean
+        out["characteristic_eviction_time_max_s"] = t_c_max
+        out["characteristic_eviction_time_by_tier_s"] = {name: _age_stats(ages)[0] for name, ages in self.by_tier.items()}
+        self.last_tier = self.by_tier = None
+        out.update(ttl_diagnostics(self.ttl_s, self.ttl_tier, out["characteristic_eviction_time_by_tier_s"],
+                                   self.tier_reasons, self.max_pin_s, self.simulated_s))
+        out.update(_headroom(self.headroom))
+        self.headroom = None
+        return out
+
+
+def _headroom(inputs: _HeadroomInputs) -> dict[str, Any]:
+    """The headroom keys (module docstring) of the kept streams; what they need is in ``inputs``."""
+    empty = {"belady_replay_hit_ratio": None, "policy_replay_hit_ratio": None, "belady_headroom": None,
+             "upper_bound_replay_hit_ratio": None, "upper_bound_headroom": None,
+             "belady_headroom_skipped": inputs.skipped}
+    if inputs.empty_stream:
+        return {**empty, "belady_headroom_skipped": "no request used the cache"}
+    if not inputs.streams:
+        return empty
+    started = time.perf_counter()
+    scenario = inputs.scenario
+    ref = scenario.cache.eviction
+    opt_hits = pol_hits = bound_hits = requested = 0
+    for kept, capacity in inputs.streams:
+        stream = sorted(kept, key=lambda r: (r[0], r[1]))
+        if not stream:
+            continue
+        hits, req = replay_stream(stream, capacity, EVICTION_POLICIES.get("belady")())
+        opt_hits += hits
+        requested += req
+        bound_hits += prefix_hit_upper_bound([prompt for _t, _id, prompt, _total in stream], capacity,
+                                             [total for _t, _id, _p, total in stream]).hit_blocks
+        if ref.name == "belady":
+            pol_hits += hits
+        else:
+            policy = eviction_policy(ref, scenario)
+            pol_hits += replay_stream(stream, capacity, policy)[0]
+    if requested == 0:
+        return {**empty, "belady_headroom_skipped": "no request used the cache"}
+    opt = opt_hits / requested
+    pol = pol_hits / requested
+    bound = bound_hits / requested
+    return {"belady_replay_hit_ratio": opt, "policy_replay_hit_ratio": pol, "belady_headroom": opt - pol,
+            "upper_bound_replay_hit_ratio": bound, "upper_bound_headroom": bound - pol,
+            "belady_headroom_skipped": None, "headroom_replay_wall_s": time.perf_counter() - started}

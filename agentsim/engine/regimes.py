@@ -36,13 +36,17 @@ def tier_regimes(by_tier_reasons: dict[str, dict[str, int]]) -> dict[str, str]:
             for tier, reasons in by_tier_reasons.items()}
 
 
+#: The keys :func:`ttl_diagnostics` returns, in its order.
+TTL_DIAGNOSTIC_KEYS = ("ttl_tier", "ttl_tier_characteristic_eviction_time_s", "ttl_margin_s", "ttl_warning")
+
+
 def ttl_diagnostics(ttl_s: float | None, ttl_tier: str | None, tier_t_c_s: dict[str, float],
                     by_tier_reasons: dict[str, dict[str, int]], max_pin_s: float, simulated_s: float) -> dict[str, Any]:
     """``ttl_tier``, ``ttl_tier_characteristic_eviction_time_s`` (T_C of the TTL's tier),
     ``ttl_margin_s = ttl_s - that T_C`` (None without a TTL or without capacity evictions there)
     and ``ttl_warning`` (None, or why the TTL did not fire)."""
-    out: dict[str, Any] = {"ttl_tier": ttl_tier, "ttl_tier_characteristic_eviction_time_s": None,
-                           "ttl_margin_s": None, "ttl_warning": None}
+    out: dict[str, Any] = dict.fromkeys(TTL_DIAGNOSTIC_KEYS)
+    out["ttl_tier"] = ttl_tier
     if ttl_s is None or ttl_tier is None:
         return out
     t_c = tier_t_c_s.get(ttl_tier, float("nan"))

@@ -47,7 +47,9 @@ def build_result(sim, wall_s: float, release_state: bool = False) -> RunResult:
     requests_count = len(sim.request_records)
     state = _state_summary(sim, wall_s, simulated_s, requests_count)
     kv_admission = kv_admission_summary(scenario.serving, sim.instances)
-    diagnostics = sim.diagnostics.summary()
+    # The diagnostics' statistics over every recorded eviction age, and the headroom replay,
+    # need none of the live state: they run once it has gone (DeferredDiagnostics).
+    diagnostics, deferred_diagnostics = sim.diagnostics.summary_before_release()
     later: dict = {}
     if sim.prefill_ahead is not None:
         later.update(sim.prefill_ahead.summary(simulated_s))
@@ -72,6 +74,8 @@ def build_result(sim, wall_s: float, release_state: bool = False) -> RunResult:
     occupancy, series = sim.occupancy, sim.timeseries.buffers()
     if release_state:
         sim._release_state()
+    deferred_diagnostics.finish(diagnostics)
+    del deferred_diagnostics
 
     # Released: the buffers go as the table takes their values (nothing else reads them).
     requests = request_table(sim.request_records, sim.tier_hit_records, tier_names(), consume=release_state)
