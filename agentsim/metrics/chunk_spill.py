@@ -16,7 +16,9 @@ Contract:
   read by this process only: the file is private to it and deleted when closed).
 * The file is made on the first ``put`` (in :func:`tempfile.gettempdir`, so ``TMPDIR`` moves
   it): a run too short to seal a chunk never touches the disk. It is unlinked from the start
-  (``tempfile.TemporaryFile``), so nothing is left behind however the process ends.
+  (``tempfile.TemporaryFile``), so nothing is left behind however the process ends. Where the
+  temporary directory is a RAM-backed ``tmpfs``, the chunks still take memory, only outside the
+  process's RSS: point ``TMPDIR`` at a disk for long runs there.
 * If the file cannot be made or written (no temporary directory, disk full), ``put`` returns
   the chunk itself and the spill stops for good: the run keeps its chunks in memory as it did
   before, with one warning, rather than failing.
