@@ -347,15 +347,13 @@ class RunDiagnostics:
         return out, rest
 
     def _headroom_inputs(self) -> "_HeadroomInputs":
+        """The kept streams (by reference) and each instance's HBM capacity: what the headroom
+        replay reads, without the instances."""
         keep = self.keep_stream and self.stream_blocks > 0
         return _HeadroomInputs(
             skipped=self.headroom_skipped, empty_stream=self.keep_stream and self.stream_blocks == 0,
             streams=[(self.streams[inst.instance_id], inst.cache.capacity_blocks) for inst in self.instances] if keep else [],
             scenario=self.scenario)
-
-    def headroom(self) -> dict[str, Any]:
-        """The headroom keys (module docstring), from the stream kept so far."""
-        return _headroom(self._headroom_inputs())
 
 
 #: The summary keys of the eviction ages' statistics, in their order.
