@@ -185,6 +185,11 @@ _NUMERIC_CODES = {"int": "q", "float": "d", "bool": "b"}
 _OPEN_DTYPES = {"b": np.int8, "q": np.int64, "d": np.float64}
 
 
+def _chunk_values(chunk):
+    """A sealed chunk's values, read back first if it was spilled."""
+    return expand(loaded(chunk))
+
+
 def _held(chunk):
     """A sealed chunk kept as it is (a buffer without a spill)."""
     return chunk
@@ -294,9 +299,9 @@ class RecordBuffer:
         if code:
             names = self._groups[code]
             rows = np.frombuffer(self._arrays[code], dtype=_OPEN_DTYPES[code]).reshape(self._open_rows, len(names))
-            values = np.concatenate([expand(loaded(chunk)) for chunk in sealed] + [rows[:, names.index(name)]])
+            values = np.concatenate([_chunk_values(chunk) for chunk in sealed] + [rows[:, names.index(name)]])
             return values.astype(bool) if code == "b" else values
-        return [label for chunk in sealed for label in expand(loaded(chunk))] + self._labels[name]
+        return [label for chunk in sealed for label in _chunk_values(chunk)] + self._labels[name]
 
     def iter_columns(self, consume: bool = False):
         """``(name, values)`` per field in field order, every row: numeric fields as their own
@@ -314,10 +319,10 @@ class RecordBuffer:
             if code:
                 # concatenate copies: the values must not share memory with a buffer that may
                 # grow again.
-                values = np.concatenate([expand(loaded(chunk)) for chunk in sealed] + [column])
+                values = np.concatenate([_chunk_values(chunk) for chunk in sealed] + [column])
                 yield name, (values.astype(bool) if code == "b" else values)
             else:
-                yield name, ([label for chunk in sealed for label in expand(loaded(chunk))] + column if sealed
+                yield name, ([label for chunk in sealed for label in _chunk_values(chunk)] + column if sealed
                              else list(column))
             if consume:
                 del sealed[:], column
