@@ -10,11 +10,25 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 
 import typer
 
 from agentsim.commands import COMMAND_MODULES
 from agentsim.errors import InputError, InvariantViolation
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):
+    """``warnings.showwarning`` for the command line: a warning that agentsim itself raises (a
+    spill file that cannot be written, say) is one ``warning:`` line on stderr, like the run's
+    own warnings; a library's keeps Python's format, with its file and line, for its bug report."""
+    if os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep):
+        (file if file is not None else sys.stderr).write(f"warning: {message}\n")
+        return
+    _default(message, category, filename, lineno, file, line)
+
 
 def _print_version(value: bool) -> None:
     if value:
@@ -108,7 +122,12 @@ def main(argv: list[str] | None = None) -> None:
     value of the wrong type, a missing argument) reach this function and leave as one
     ``error:`` line with exit code 2, like every other bad input, instead of a boxed panel.
     """
-    args = list(sys.argv[1:] if argv is None else argv)
+    with warnings.catch_warnings():   # restores the handler for a caller in the same process
+        warnings.showwarning = _show_warning
+        _main(list(sys.argv[1:] if argv is None else argv))
+
+
+def _main(args: list[str]) -> None:
     app = build_app(_command_named(args))
     if not args:  # bare ``agentsim``: the help, exit code 2, as typer prints it
         app(args=args, standalone_mode=True)

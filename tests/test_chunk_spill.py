@@ -71,6 +71,33 @@ def test_a_spill_that_cannot_write_keeps_chunks_in_memory(monkeypatch):
     assert not spill.enabled and spill.put(chunk) is chunk and spill.spilled_bytes == 0
 
 
+def test_on_the_command_line_a_spill_that_cannot_write_is_one_warning_line(monkeypatch, capsys):
+    import warnings
+
+    from agentsim import cli
+
+    def no_temporary_files(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    def a_command(args):   # stands in for a run: its records seal chunks that cannot be spilled
+        buffer = RecordBuffer(RequestRecord)
+        for record in _records(200):
+            buffer.append(record)
+        assert buffer.spilled_bytes() == 0 and len(buffer) == 200
+        warnings.warn("from a library", DeprecationWarning)   # not ours: Python's format stays
+
+    monkeypatch.setattr("agentsim.metrics.records.CHUNK_ROWS", 64)
+    monkeypatch.setattr("agentsim.metrics.chunk_spill.tempfile.TemporaryFile", no_temporary_files)
+    monkeypatch.setattr(cli, "_main", a_command)
+    shown_before = warnings.showwarning
+    with pytest.warns(DeprecationWarning, match="from a library"):   # passed on to the handler before
+        cli.main([])
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: cannot write the run's records to a temporary file ([Errno 28] No space left on device); "
+        "keeping them in memory"]
+    assert warnings.showwarning is shown_before      # the handler is the command line's alone
+
+
 def _records(n: int, seed: int = 5) -> list[RequestRecord]:
     rng = random.Random(seed)
     out = []
