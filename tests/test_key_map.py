@@ -109,3 +109,17 @@ def test_the_span_grows_by_a_quarter_not_by_doubling():
         if key % 1000 == 0:
             assert len(m.values) <= 1.25 * key + 1024, key
     assert len(m) == 300_000 and not m.far
+
+
+def test_a_map_widens_in_place_keeping_every_value():
+    m = DenseKeyMap("B")
+    for key in range(100, 5_000):
+        m.set(key, key % 255 + 1)
+    m.set(10**9, 7)                               # a far key
+    m.retype("H")
+    assert m.values.typecode == "H" and len(m) == 4_901
+    assert all(m.get(key) == key % 255 + 1 for key in range(100, 5_000)) and m.get(10**9) == 7
+    m.set(200, 60_000)                            # now fits
+    assert m.get(200) == 60_000
+    with pytest.raises(ValueError, match="cannot narrow"):
+        m.retype("B")

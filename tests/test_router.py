@@ -112,15 +112,49 @@ def test_indexer_with_more_workers_than_a_mask_word_matches_the_walk(n_workers):
     assert indexer.holders(keys[0]) == sum(1 << w for w, v in view.items() if keys[0] in v)
 
 
-def test_a_sized_indexer_holds_narrow_words_and_rejects_unknown_workers():
-    assert [w.values.typecode for w in KvIndexer(18)._words] == ["I"]        # one rack: 4 bytes a key
-    assert [w.values.typecode for w in KvIndexer(72)._words] == ["Q", "B"]   # four racks: 8 + 1
-    assert [w.values.typecode for w in KvIndexer()._words] == ["Q"]
+def test_an_indexer_holds_a_byte_a_key_and_rejects_unknown_workers():
+    for n_workers in (18, 72, None):             # one rack, four racks, any: the same byte a key
+        indexer = KvIndexer(n_workers)
+        indexer.apply_stored(0, list(range(100_000)))
+        indexer.apply_stored(1, list(range(3_000)))   # a shared prefix
+        assert indexer._ids.values.typecode == "B" and len(indexer._ids.values) < 130_000
+        assert indexer.overlap_blocks(list(range(5_000))) == {0: 5_000, 1: 3_000}
     indexer = KvIndexer(18)
     indexer.apply_stored(17, [1, 2])
     assert indexer.overlap_blocks([1, 2, 3]) == {17: 2} and indexer.holders(2) == 1 << 17
     with pytest.raises(ValueError, match="worker 18"):
         indexer.apply_stored(18, [1])
+    with pytest.raises(ValueError, match="worker -1"):
+        KvIndexer().apply_stored(-1, [1])
+
+
+def test_indexer_reuses_and_widens_holder_set_ids_under_churn():
+    """More distinct holder sets than a byte of ids, coming and going: the ids no key holds are
+    reclaimed, the map widens when too few come free, and every answer stays the reference's."""
+    rng = random.Random(3)
+    indexer = KvIndexer(150)
+    held: dict[int, set[int]] = {}            # reference: key -> workers
+    keys = list(range(40_000, 40_600))
+    for step in range(3_000):
+        worker = rng.randrange(150)
+        lo = rng.randrange(len(keys))
+        run = keys[lo:lo + rng.randint(1, 40)] + [rng.randrange(10**9, 2 * 10**9)]  # and a far key
+        if rng.random() < 0.55:
+            indexer.apply_stored(worker, run)
+            for key in run:
+                held.setdefault(key, set()).add(worker)
+        else:
+            indexer.apply_removed(worker, run)
+            for key in run:
+                held.get(key, set()).discard(worker)
+        if step % 100 == 0 or step == 2_999:
+            for key in keys + [k for k in held if k >= 10**9]:
+                assert indexer.holders(key) == sum(1 << w for w in held.get(key, ())), key
+            assert len(indexer) == sum(1 for v in held.values() if v)
+    assert indexer.reclaims >= 2 and indexer._ids.values.typecode == "H"   # reclaimed, then widened
+    indexer._reclaim()                            # afterwards only the sets some key has keep an id
+    assert set(indexer._id_of) - {0} == {indexer.holders(key) for key in held} - {0}
+    assert all(indexer.holders(key) == sum(1 << w for w in held.get(key, ())) for key in keys)
 
 
 def test_indexer_removal_clears_only_that_worker():

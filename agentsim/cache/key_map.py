@@ -119,6 +119,15 @@ class DenseKeyMap:
         for key in [k for k in self.far if base <= k < end]:
             values[key - base] = self.far.pop(key)
 
+    def retype(self, typecode: str) -> None:
+        """Hold the values in arrays of ``typecode`` from now on (a wider type: values keep)."""
+        old = self.values
+        if array(typecode).itemsize < old.itemsize:
+            raise ValueError(f"cannot narrow a {old.typecode!r} map to {typecode!r}")
+        wider = array(typecode)
+        wider.frombytes(np.frombuffer(old, dtype=np.dtype(old.typecode)).astype(np.dtype(typecode)).tobytes())
+        self.values = wider
+
     def pop(self, key: int) -> int:
         """Unset ``key``; returns its value (0 if it was not set)."""
         i = key - self.base

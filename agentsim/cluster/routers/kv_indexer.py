@@ -19,169 +19,206 @@ A block removed from one position and stored again is just a new bit in the mask
 block the view does not hold (an orphan already reported) does nothing.
 
 Memory: the index holds every block resident on any worker, which in a long run of a cluster
-with large lower tiers is tens of millions. The masks are held in maps dense over the key
-allocator's ids (:class:`~agentsim.cache.key_map.DenseKeyMap`, one word per 64 workers per key
-of the span) rather than a dict (about 100 bytes a key, plus an int object per mask). Told the
-number of workers, the last word is only as wide as its workers need (1, 2, 4 or 8 bytes): one
-rack's 18 workers cost 4 bytes a key, four racks' 72 cost 8 + 1.
-
-More than 64 workers: each word is bisected on its own (a worker's view is prefix-closed, so
-each word's masks shrink along the keys too) and the per-word answers are joined, so a lookup
-never assembles a wide mask key by key; a word that holds no worker with the first block costs
-one lookup.
+with large lower tiers is tens or hundreds of millions. Each key holds a small *holder-set id*
+(one byte to start with) in a map dense over the key allocator's ids
+(:class:`~agentsim.cache.key_map.DenseKeyMap`), and a table maps ids to the workers' bit masks
+(Python ints, so any number of workers). Few distinct holder sets are alive at once (each worker
+alone, the shared prefixes on all or most workers, a session moved between two), so a byte or
+two a key does where a mask word per key cost 8 bytes a key for 64 workers and 9 for four racks'
+72. An id whose set no key holds any more is reused: when the ids run out, one pass counts the
+ids in use (``numpy.bincount`` over the map, C speed) and frees the rest; if fewer than a
+quarter come free, the map widens to two bytes a key (then four). The tables are bounded by the
+keys, and the answers do not depend on which id a set has.
 """
 
 from __future__ import annotations
 
+from array import array
+
+import numpy as np
+
 from agentsim.cache.key_map import DenseKeyMap
+
+
+#: Id 0 is the empty set (a key no worker holds: "absent" in the map).
+_EMPTY = 0
+#: The map's next width when ids run out: one byte, two, four.
+_WIDER = {"B": "H", "H": "I"}
 
 
 class KvIndexer:
     """block key -> bit mask of workers holding it, fed by :meth:`apply_stored` / :meth:`apply_removed`."""
 
     def __init__(self, n_workers: int | None = None) -> None:
-        """``n_workers``: workers ``0 .. n_workers - 1`` may publish (the words are sized for
-        them; a worker beyond is an error); None: any worker number (8-byte words)."""
+        """``n_workers``: workers ``0 .. n_workers - 1`` may publish (a worker beyond is an
+        error); None: any worker number."""
         if n_workers is not None and n_workers <= 0:
             raise ValueError("n_workers must be positive")
         self.n_workers = n_workers
-        #: Word ``w``: key -> bits of workers ``64 w .. 64 w + 63`` holding it (0: none).
-        self._words: list[DenseKeyMap] = []
-        self._word(0 if n_workers is None else n_workers - 1)
+        #: key -> holder-set id (0: no worker holds it).
+        self._ids = DenseKeyMap("B")
+        #: holder-set id -> bit mask of its workers (bit ``w``: worker ``w``); free ids hold 0.
+        self._masks: list[int] = [0] * 256
+        #: bit mask -> its id, for the sets that have one.
+        self._id_of: dict[int, int] = {0: _EMPTY}
+        #: Ids no key holds, taken from the end (so the lowest first).
+        self._free: list[int] = list(range(255, 0, -1))
+        #: (id, worker bit, stored?) -> the id after the change: most changes repeat.
+        self._steps: dict[tuple[int, int, bool], int] = {}
         self.stored_events = 0
         self.removed_events = 0
+        self.reclaims = 0
 
     def __len__(self) -> int:
         """Keys held by at least one worker."""
-        if len(self._words) == 1:
-            return len(self._words[0])
-        keys: set[int] = set()
-        for word in self._words:
-            base = word.base
-            keys.update(base + i for i, v in enumerate(word.values) if v)
-            keys.update(word.far)
-        return len(keys)
+        return len(self._ids)
 
-    def _word(self, worker: int) -> DenseKeyMap:
+    def _bit(self, worker: int) -> int:
         if self.n_workers is not None and not 0 <= worker < self.n_workers:
             raise ValueError(f"worker {worker} outside the indexer's {self.n_workers} workers")
-        while worker >> 6 >= len(self._words):
-            self._words.append(DenseKeyMap(self._typecode(len(self._words))))
-        return self._words[worker >> 6]
+        if worker < 0:
+            raise ValueError(f"worker {worker} is negative")
+        return 1 << worker
 
-    def _typecode(self, index: int) -> str:
-        """Word ``index``'s array type: 8 bytes, or only as wide as its workers need."""
-        if self.n_workers is None:
-            return "Q"
-        bits = min(64, self.n_workers - 64 * index)
-        return "B" if bits <= 8 else "H" if bits <= 16 else "I" if bits <= 32 else "Q"
+    def _step(self, old: int, bit: int, stored: bool) -> int:
+        """The id of holder set ``old`` with worker ``bit`` added (``stored``) or taken away.
+        May reclaim ids (then every cached step is forgotten) or widen the map."""
+        step = self._steps.get((old, bit, stored))
+        if step is not None:
+            return step
+        mask = self._masks[old]
+        mask = mask | bit if stored else mask & ~bit
+        new = self._id_of.get(mask)
+        if new is None:
+            if not self._free:
+                self._reclaim()
+            new = self._free.pop()
+            self._masks[new] = mask
+            self._id_of[mask] = new
+        self._steps[(old, bit, stored)] = new
+        return new
+
+    def _reclaim(self) -> None:
+        """Free every id no key holds; widen the map if that frees fewer than a quarter."""
+        self.reclaims += 1
+        ids = self._ids
+        values = ids.values
+        view = np.frombuffer(values, dtype=np.dtype(values.typecode))
+        used = np.bincount(view, minlength=len(self._masks)) if len(view) else np.zeros(len(self._masks), np.int64)
+        del view                                # the array cannot resize while exported
+        used = used.tolist()
+        for held in ids.far.values():
+            used[held] += 1
+        masks, id_of = self._masks, self._id_of
+        free = [i for i in range(len(masks) - 1, 0, -1) if not used[i]]
+        for i in free:
+            if masks[i]:
+                del id_of[masks[i]]
+                masks[i] = 0
+        self._steps.clear()
+        if 4 * len(free) < len(masks) and values.typecode in _WIDER:
+            wider = _WIDER[values.typecode]
+            ids.retype(wider)
+            old_size = len(masks)
+            new_size = 1 << (8 * array(wider).itemsize)
+            masks.extend([0] * (new_size - old_size))
+            free = list(range(new_size - 1, old_size - 1, -1)) + free
+        if not free:
+            raise OverflowError("the KV indexer ran out of holder-set ids")
+        self._free = free
 
     def apply_stored(self, worker: int, keys: list[int]) -> None:
         """Worker ``worker`` now holds the blocks ``keys``."""
+        self._apply(worker, keys, True)
         self.stored_events += 1
-        bit = 1 << (worker & 63)
-        word = self._word(worker)
-        values, base = word.values, word.base
+
+    def apply_removed(self, worker: int, keys: list[int]) -> None:
+        """Worker ``worker`` no longer holds the blocks ``keys`` (one it does not hold: ignored)."""
+        self._apply(worker, keys, False)
+        self.removed_events += 1
+
+    def _apply(self, worker: int, keys: list[int], stored: bool) -> None:
+        bit = self._bit(worker)
+        ids = self._ids
+        values, base = ids.values, ids.base
         size = len(values)
-        added = 0
+        # Consecutive keys mostly have the same holder set: the last step is kept at hand.
+        last_old, last_new = -1, 0
+        counted = 0                   # keys that went from no holder to one (minus the reverse)
         for key in keys:
             i = key - base
             if 0 <= i < size:             # the common case, inline: a key of the dense span
-                mask = values[i]
-                if not mask:
-                    added += 1
-                values[i] = mask | bit
-            else:
-                word.count += added           # set() may re-base, which reads the count
-                added = 0
-                word.set(key, word.get(key) | bit)
-                values, base = word.values, word.base
-                size = len(values)
-        word.count += added
-
-    def apply_removed(self, worker: int, keys: list[int]) -> None:
-        """Worker ``worker`` no longer holds the blocks ``keys``."""
-        self.removed_events += 1
-        keep = ~(1 << (worker & 63))
-        word = self._word(worker)
-        values, base = word.values, word.base
-        size = len(values)
-        removed = 0
-        for key in keys:
-            i = key - base
-            if 0 <= i < size:
-                mask = values[i]
-                if mask:
-                    mask &= keep
-                    values[i] = mask
-                    if not mask:
-                        removed += 1
-            else:
-                mask = word.get(key) & keep
-                if mask:
-                    word.set(key, mask)
+                old = values[i]
+                if old != last_old:
+                    new = self._step(old, bit, stored)
+                    values, base = ids.values, ids.base      # a step may widen the map
+                    size = len(values)
+                    last_old, last_new = old, new
+                    i = key - base
                 else:
-                    word.pop(key)
-        word.count -= removed
+                    new = last_new
+                if new != old:
+                    values[i] = new
+                    if not old:
+                        counted += 1
+                    elif not new:
+                        counted -= 1
+            else:
+                ids.count += counted          # set() may re-base, which reads the count
+                counted = 0
+                old = ids.get(key)
+                new = self._step(old, bit, stored)
+                last_old, last_new = old, new
+                if new:
+                    ids.set(key, new)
+                else:
+                    ids.pop(key)
+                values, base = ids.values, ids.base
+                size = len(values)
+        ids.count += counted
 
     def holders(self, key: int) -> int:
         """The bit mask of workers holding block ``key`` (0: none)."""
-        words = self._words
-        if len(words) == 1:
-            return words[0].get(key)
-        mask = 0
-        for index, word in enumerate(words):
-            mask |= word.get(key) << (64 * index)
-        return mask
+        return self._masks[self._ids.get(key)]
 
     def overlap_blocks(self, keys: list[int]) -> dict[int, int]:
         """worker -> number of leading blocks of ``keys`` it holds (workers holding none omitted)."""
-        if not len(keys):
+        n = len(keys)
+        if not n:
             return {}
-        words = self._words
-        if len(words) == 1:
-            return _word_overlaps(words[0], keys, 0, {})
+        # self.holders, inlined (a Python call per lookup was a third of this method's time)
+        ids, masks = self._ids, self._masks
+        values, base, far = ids.values, ids.base, ids.far
+        size = len(values)
         overlaps: dict[int, int] = {}
-        for index, word in enumerate(words):
-            _word_overlaps(word, keys, 64 * index, overlaps)
+        i = keys[0] - base
+        first = masks[values[i] if 0 <= i < size else far.get(keys[0], 0)]
+        if not first:
+            return overlaps
+        i = keys[n - 1] - base
+        last = masks[values[i] if 0 <= i < size else far.get(keys[n - 1], 0)] & first
+        # Segments [lo, hi] whose end masks differ hold a change; equal end masks mean the whole
+        # segment has that mask (the mask only shrinks along the keys).
+        stack = [(0, first, n - 1, last)] if first != last else []
+        while stack:
+            lo, lo_mask, hi, hi_mask = stack.pop()
+            if hi - lo == 1:
+                dropped = lo_mask & ~hi_mask  # workers whose prefix ends with block lo
+                while dropped:
+                    low_bit = dropped & -dropped
+                    overlaps[low_bit.bit_length() - 1] = hi
+                    dropped ^= low_bit
+                continue
+            mid = (lo + hi) // 2
+            # Clamped between the ends, so a view that is not prefix-closed cannot loop or widen.
+            i = keys[mid] - base
+            mid_mask = (masks[values[i] if 0 <= i < size else far.get(keys[mid], 0)] & lo_mask) | hi_mask
+            if mid_mask != lo_mask:
+                stack.append((lo, lo_mask, mid, mid_mask))
+            if mid_mask != hi_mask:
+                stack.append((mid, mid_mask, hi, hi_mask))
+        while last:
+            low_bit = last & -last
+            overlaps[low_bit.bit_length() - 1] = n
+            last ^= low_bit
         return overlaps
-
-
-def _word_overlaps(word: DenseKeyMap, keys, first_worker: int, overlaps: dict[int, int]) -> dict[int, int]:
-    """Add to ``overlaps`` (worker -> leading blocks of ``keys`` held) the workers of ``word``
-    (bit ``b`` is worker ``first_worker + b``); returns ``overlaps``."""
-    # word.get, inlined (a Python call per lookup was a third of this function's time)
-    values, base, far = word.values, word.base, word.far
-    size = len(values)
-    n = len(keys)
-    i = keys[0] - base
-    first = values[i] if 0 <= i < size else far.get(keys[0], 0)
-    if not first:
-        return overlaps
-    i = keys[n - 1] - base
-    last = (values[i] if 0 <= i < size else far.get(keys[n - 1], 0)) & first
-    # Segments [lo, hi] whose end masks differ hold a change; equal end masks mean the whole
-    # segment has that mask (the mask only shrinks along the keys).
-    stack = [(0, first, n - 1, last)] if first != last else []
-    while stack:
-        lo, lo_mask, hi, hi_mask = stack.pop()
-        if hi - lo == 1:
-            dropped = lo_mask & ~hi_mask  # workers whose prefix ends with block lo
-            while dropped:
-                low_bit = dropped & -dropped
-                overlaps[first_worker + low_bit.bit_length() - 1] = hi
-                dropped ^= low_bit
-            continue
-        mid = (lo + hi) // 2
-        # Clamped between the ends, so a view that is not prefix-closed cannot loop or widen.
-        i = keys[mid] - base
-        mid_mask = ((values[i] if 0 <= i < size else far.get(keys[mid], 0)) & lo_mask) | hi_mask
-        if mid_mask != lo_mask:
-            stack.append((lo, lo_mask, mid, mid_mask))
-        if mid_mask != hi_mask:
-            stack.append((mid, mid_mask, hi, hi_mask))
-    while last:
-        low_bit = last & -last
-        overlaps[first_worker + low_bit.bit_length() - 1] = n
-        last ^= low_bit
-    return overlaps
