@@ -44,8 +44,9 @@ def run(duration: str) -> dict:
             raise RuntimeError(f"fleet-day run failed with exit code {done.returncode}")
         summary = json.loads((out / "summary.json").read_text())
     return {"cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-            # ru_maxrss of the children is the largest child's peak (KB on Linux)
-            "max_rss_gb": after.ru_maxrss / 1024.0 ** 2, "wall_s": wall, "requests": summary["requests"]}
+            # ru_maxrss of the children is the largest child's peak, in KiB on Linux; the bar is
+            # read in SI gigabytes (10**9 bytes), the stricter of the two readings of "6 GB"
+            "max_rss_gb": after.ru_maxrss * 1024 / 1e9, "wall_s": wall, "requests": summary["requests"]}
 
 
 def rows(duration: str = "24h") -> list[Row]:
@@ -58,7 +59,7 @@ def rows(duration: str = "24h") -> list[Row]:
     return [
         Row(f"fleet day ({duration}), whole-process CPU", f"{minutes:.2f} min", f"{CPU_MINUTES_TARGET:g} min (bar)",
             minutes / CPU_MINUTES_TARGET if whole_day else None, ("<=", 1.0) if whole_day else None, note),
-        Row(f"fleet day ({duration}), peak RSS", f"{result['max_rss_gb']:.2f} GB", f"{PEAK_RSS_GB_TARGET:g} GB (bar)",
+        Row(f"fleet day ({duration}), peak RSS", f"{result['max_rss_gb']:.2f} GB", f"{PEAK_RSS_GB_TARGET:g} GB (bar, 10^9 bytes)",
             result["max_rss_gb"] / PEAK_RSS_GB_TARGET if whole_day else None, ("<=", 1.0) if whole_day else None),
     ]
 
