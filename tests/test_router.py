@@ -128,13 +128,20 @@ def test_an_indexer_holds_a_byte_a_key_and_rejects_unknown_workers():
         KvIndexer().apply_stored(-1, [1])
 
 
-def test_indexer_reuses_and_widens_holder_set_ids_under_churn():
+@pytest.mark.parametrize("largest", [None, {"B": 15, "H": 40, "I": 2**32 - 1}])
+def test_indexer_reuses_and_widens_holder_set_ids_under_churn(monkeypatch, largest):
     """More distinct holder sets than a byte of ids, coming and going: the ids no key holds are
-    reclaimed, the map widens when too few come free, and every answer stays the reference's."""
+    reclaimed, the map widens when too few come free, and every answer stays the reference's.
+    With small id limits the map reaches four bytes, where the table is still reclaimed."""
+    from agentsim.cluster.routers import kv_indexer
+
+    if largest is not None:
+        monkeypatch.setattr(kv_indexer, "_LARGEST_ID", largest)
     rng = random.Random(3)
     indexer = KvIndexer(150)
     held: dict[int, set[int]] = {}            # reference: key -> workers
     keys = list(range(40_000, 40_600))
+    most_sets = 0
     for step in range(3_000):
         worker = rng.randrange(150)
         lo = rng.randrange(len(keys))
@@ -147,11 +154,15 @@ def test_indexer_reuses_and_widens_holder_set_ids_under_churn():
             indexer.apply_removed(worker, run)
             for key in run:
                 held.get(key, set()).discard(worker)
+        most_sets = max(most_sets, len({frozenset(v) for v in held.values() if v}))
         if step % 100 == 0 or step == 2_999:
             for key in keys + [k for k in held if k >= 10**9]:
                 assert indexer.holders(key) == sum(1 << w for w in held.get(key, ())), key
             assert len(indexer) == sum(1 for v in held.values() if v)
-    assert indexer.reclaims >= 2 and indexer._ids.values.typecode == "H"   # reclaimed, then widened
+    widest = "H" if largest is None else "I"
+    assert indexer.reclaims >= 2 and indexer._ids.values.typecode == widest   # reclaimed, then widened
+    if largest is not None:                  # four bytes: the table stays bounded by the sets alive
+        assert len(indexer._masks) <= 3 * most_sets
     indexer._reclaim()                            # afterwards only the sets some key has keep an id
     assert set(indexer._id_of) - {0} == {indexer.holders(key) for key in held} - {0}
     assert all(indexer.holders(key) == sum(1 << w for w in held.get(key, ())) for key in keys)

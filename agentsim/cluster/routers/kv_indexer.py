@@ -33,8 +33,6 @@ keys, and the answers do not depend on which id a set has.
 
 from __future__ import annotations
 
-from array import array
-
 import numpy as np
 
 from agentsim.cache.key_map import DenseKeyMap
@@ -44,6 +42,10 @@ from agentsim.cache.key_map import DenseKeyMap
 _EMPTY = 0
 #: The map's next width when ids run out: one byte, two, four.
 _WIDER = {"B": "H", "H": "I"}
+#: The step cache is cleared when it holds this many steps (it would grow with every set seen).
+_STEPS_KEPT = 1 << 16
+#: The largest id a map of each width holds.
+_LARGEST_ID = {"B": 0xFF, "H": 0xFFFF, "I": 0xFFFF_FFFF}
 
 
 class KvIndexer:
@@ -58,11 +60,18 @@ class KvIndexer:
         #: key -> holder-set id (0: no worker holds it).
         self._ids = DenseKeyMap("B")
         #: holder-set id -> bit mask of its workers (bit ``w``: worker ``w``); free ids hold 0.
-        self._masks: list[int] = [0] * 256
+        #: Grows an id at a time up to what the map's width can hold.
+        self._masks: list[int] = [0]
         #: bit mask -> its id, for the sets that have one.
         self._id_of: dict[int, int] = {0: _EMPTY}
-        #: Ids no key holds, taken from the end (so the lowest first).
-        self._free: list[int] = list(range(255, 0, -1))
+        #: Reclaimed ids no key holds, taken from the end (so the lowest first).
+        self._free: list[int] = []
+        #: With no free id, a table this long is reclaimed before it grows: every id the map's
+        #: width holds, or (four bytes) twice the table when a reclaim freed too few. A reclaim
+        #: frees at least a quarter of the table or lets it double, so reclaims are amortised
+        #: over the ids they free and the table stays within about 2.7 times the most sets
+        #: alive at once.
+        self._reclaim_at = _LARGEST_ID["B"] + 1
         #: (id, worker bit, stored?) -> the id after the change: most changes repeat.
         self._steps: dict[tuple[int, int, bool], int] = {}
         self.stored_events = 0
@@ -90,42 +99,56 @@ class KvIndexer:
         mask = mask | bit if stored else mask & ~bit
         new = self._id_of.get(mask)
         if new is None:
-            if not self._free:
-                self._reclaim()
-            new = self._free.pop()
-            self._masks[new] = mask
+            masks = self._masks
+            if self._free:
+                new = self._free.pop()
+                masks[new] = mask
+            else:
+                if len(masks) >= self._reclaim_at:
+                    self._reclaim()            # may widen the map
+                if self._free:
+                    new = self._free.pop()
+                    masks[new] = mask
+                else:
+                    new = len(masks)
+                    if new > _LARGEST_ID["I"]:
+                        raise OverflowError(f"the KV indexer holds more than {new - 1:,} sets of holders")
+                    masks.append(mask)
             self._id_of[mask] = new
-        self._steps[(old, bit, stored)] = new
+        steps = self._steps
+        if len(steps) >= _STEPS_KEPT:
+            steps.clear()
+        steps[(old, bit, stored)] = new
         return new
 
     def _reclaim(self) -> None:
-        """Free every id no key holds; widen the map if that frees fewer than a quarter."""
+        """Free every id no key holds; widen the map if that frees fewer than a quarter of its
+        ids. Called when every id the map's width can hold is taken."""
         self.reclaims += 1
         ids = self._ids
         values = ids.values
+        masks, id_of = self._masks, self._id_of
         view = np.frombuffer(values, dtype=np.dtype(values.typecode))
-        used = np.bincount(view, minlength=len(self._masks)) if len(view) else np.zeros(len(self._masks), np.int64)
+        used = np.bincount(view, minlength=len(masks)).tolist() if len(view) else [0] * len(masks)
         del view                                # the array cannot resize while exported
-        used = used.tolist()
         for held in ids.far.values():
             used[held] += 1
-        masks, id_of = self._masks, self._id_of
         free = [i for i in range(len(masks) - 1, 0, -1) if not used[i]]
         for i in free:
             if masks[i]:
                 del id_of[masks[i]]
                 masks[i] = 0
         self._steps.clear()
-        if 4 * len(free) < len(masks) and values.typecode in _WIDER:
-            wider = _WIDER[values.typecode]
-            ids.retype(wider)
-            old_size = len(masks)
-            new_size = 1 << (8 * array(wider).itemsize)
-            masks.extend([0] * (new_size - old_size))
-            free = list(range(new_size - 1, old_size - 1, -1)) + free
-        if not free:
-            raise OverflowError("the KV indexer ran out of holder-set ids")
         self._free = free
+        width = values.typecode
+        if 4 * len(free) >= len(masks):
+            self._reclaim_at = len(masks)      # the freed ids first; reclaim again when they are gone
+        elif width in _WIDER:                  # too few came free: a wider map, a longer table
+            width = _WIDER[width]
+            ids.retype(width)
+            self._reclaim_at = _LARGEST_ID[width] + 1 if width in _WIDER else 2 * len(masks)
+        else:
+            self._reclaim_at = min(_LARGEST_ID[width] + 1, 2 * len(masks))
 
     def apply_stored(self, worker: int, keys: list[int]) -> None:
         """Worker ``worker`` now holds the blocks ``keys``."""
