@@ -19,16 +19,16 @@ A block removed from one position and stored again is just a new bit in the mask
 block the view does not hold (an orphan already reported) does nothing.
 
 Memory: the index holds every block resident on any worker, which in a long run of a cluster
-with large lower tiers is tens or hundreds of millions. Each key holds a small *holder-set id*
-(one byte to start with) in a map dense over the key allocator's ids
-(:class:`~agentsim.cache.key_map.DenseKeyMap`), and a table maps ids to the workers' bit masks
-(Python ints, so any number of workers). Few distinct holder sets are alive at once (each worker
-alone, the shared prefixes on all or most workers, a session moved between two), so a byte or
-two a key does where a mask word per key cost 8 bytes a key for 64 workers and 9 for four racks'
-72. An id whose set no key holds any more is reused: when the ids run out, one pass counts the
-ids in use (``numpy.bincount`` over the map, C speed) and frees the rest; if fewer than a
-quarter come free, the map widens to two bytes a key (then four). The tables are bounded by the
-keys, and the answers do not depend on which id a set has.
+with large lower tiers is tens or hundreds of millions. Each key holds a *holder-set id* in a map
+dense over the key allocator's ids (:class:`~agentsim.cache.key_map.DenseKeyMap`), and a table
+maps ids to the workers' bit masks (Python ints, so any number of workers). Far fewer sets are
+alive than keys (thousands on a rack, against millions of keys), so one, two or four bytes a key
+do where a mask word per key cost 4 bytes a key on one rack and 9 for four racks' 72 workers.
+When a width's ids are all taken, one pass counts the ids in use (``numpy.bincount`` over the map,
+C speed) and frees the rest; if fewer than a quarter come free, the map widens (one byte, two,
+four), and at four bytes the table may double instead. So a reclaim is paid for by the ids it
+frees, the table stays within a few times the sets alive, and the answers do not depend on which
+id a set has.
 """
 
 from __future__ import annotations
