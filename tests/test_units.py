@@ -20,6 +20,7 @@ def test_bandwidth(text, expected):
 
 @pytest.mark.parametrize("text,expected", [
     ("10us", 1e-5), ("5ms", 5e-3), ("2s", 2.0), ("5m", 300.0), ("5min", 300.0), ("2h", 7200.0), ("1d", 86400.0), (3, 3.0),
+    ("1h30m", 5400.0), ("2h 0m 30s", 7230.0), ("1h20m00s", 4800.0), ("1d12h", 129600.0), ("1m30.5s", 90.5),
 ])
 def test_duration(text, expected):
     assert parse_duration(text) == pytest.approx(expected)
@@ -35,6 +36,7 @@ def test_flops_and_counts():
 @pytest.mark.parametrize("parser,text", [
     (parse_bytes, "900GB/s"), (parse_bytes, "12 parsecs"), (parse_bytes, "GB"), (parse_bandwidth, "900GB"),
     (parse_duration, "5 furlongs"), (parse_duration, "5GB"), (parse_bytes, True), (parse_bytes, "inf"),
+    (parse_duration, "30m1h"), (parse_duration, "1h1h"), (parse_duration, "1h30x"), (parse_duration, "1h-30m"),
 ])
 def test_wrong_units_are_rejected(parser, text):
     with pytest.raises(UnitError):

@@ -103,8 +103,40 @@ def parse_bandwidth(value: Any) -> float:
     return _finite(number * _byte_multiplier(unit[:-2], value), value)
 
 
+_DURATION_PART = re.compile(r"\s*(\d+\.?\d*|\.\d+)\s*([A-Za-zµ]+)")
+
+
+def _compound_duration(value: Any) -> float | None:
+    """Seconds from a sum of parts with units, largest first, as the progress lines print
+    them (``1h30m``, ``2h 0m 30s``, ``1d12h``); None if ``value`` is not one."""
+    if not isinstance(value, str):
+        return None
+    parts = []
+    end = 0
+    for match in _DURATION_PART.finditer(value):
+        if match.start() != end:
+            return None
+        parts.append((float(match.group(1)), match.group(2)))
+        end = match.end()
+    if len(parts) < 2 or value[end:].strip():
+        return None
+    scales = []
+    for _, unit in parts:
+        if unit not in _DURATION or unit == "":
+            raise UnitError(f"unknown time unit {unit!r} in {value!r} (use us, ms, s, m, h, d)")
+        scales.append(_DURATION[unit])
+    if any(later >= earlier for earlier, later in zip(scales, scales[1:])):
+        raise UnitError(f"cannot read {value!r} as a duration: write its parts largest first, each unit once "
+                        "(e.g. '1h30m')")
+    return _finite(sum(number * scale for (number, _), scale in zip(parts, scales)), value)
+
+
 def parse_duration(value: Any) -> float:
-    """Seconds from ``10us``, ``5ms``, ``2s``, ``5m``, ``2h`` or a bare number of seconds."""
+    """Seconds from ``10us``, ``5ms``, ``2s``, ``5m``, ``2h``, a bare number of seconds, or parts
+    largest first (``1h30m``, ``2h0m30s``, as the progress lines print them)."""
+    compound = _compound_duration(value)
+    if compound is not None:
+        return compound
     number, unit = _split(value, "a duration")
     if unit not in _DURATION:
         raise UnitError(f"unknown time unit in {value!r} (use us, ms, s, m, h, d)")
@@ -150,7 +182,7 @@ _STR_OR_NUMBER = {"anyOf": [{"type": "number"}, {"type": "string"}]}
 
 Bytes = Annotated[float, BeforeValidator(_wrap(parse_bytes)), WithJsonSchema({**_STR_OR_NUMBER, "description": "bytes, e.g. 288GB or 279GiB"})]
 BytesPerSecond = Annotated[float, BeforeValidator(_wrap(parse_bandwidth)), WithJsonSchema({**_STR_OR_NUMBER, "description": "bytes per second, e.g. 900GB/s"})]
-Seconds = Annotated[float, BeforeValidator(_wrap(parse_duration)), WithJsonSchema({**_STR_OR_NUMBER, "description": "seconds, e.g. 10us, 5m, 2h"})]
+Seconds = Annotated[float, BeforeValidator(_wrap(parse_duration)), WithJsonSchema({**_STR_OR_NUMBER, "description": "seconds, e.g. 10us, 5m, 2h, 1h30m"})]
 FlopsPerSecond = Annotated[float, BeforeValidator(_wrap(parse_flops)), WithJsonSchema({**_STR_OR_NUMBER, "description": "FLOP/s, e.g. 5PFLOPS"})]
 Count = Annotated[float, BeforeValidator(_wrap(parse_count)), WithJsonSchema({**_STR_OR_NUMBER, "description": "a count, e.g. 37e9 or 37B"})]
 
