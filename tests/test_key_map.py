@@ -111,7 +111,8 @@ def test_the_span_grows_by_a_quarter_not_by_doubling():
     assert len(m) == 300_000 and not m.far
 
 
-def test_a_map_widens_in_place_keeping_every_value():
+def test_a_map_widens_in_place_keeping_every_value(monkeypatch):
+    monkeypatch.setattr("agentsim.cache.key_map._RETYPE_CHUNK", 7)   # converted a few values at a time
     m = DenseKeyMap("B")
     for key in range(100, 5_000):
         m.set(key, key % 255 + 1)

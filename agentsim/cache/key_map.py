@@ -39,6 +39,10 @@ _REBASE_MIN = 1 << 16
 _REBASE_MOVES = 4096
 
 
+#: Values converted at a time when a map widens.
+_RETYPE_CHUNK = 1 << 20
+
+
 class DenseKeyMap:
     """``key -> value`` (positive int), an ``array('I')`` over a span of keys plus a dict beyond it."""
 
@@ -125,7 +129,11 @@ class DenseKeyMap:
         if array(typecode).itemsize < old.itemsize:
             raise ValueError(f"cannot narrow a {old.typecode!r} map to {typecode!r}")
         wider = array(typecode)
-        wider.frombytes(np.frombuffer(old, dtype=np.dtype(old.typecode)).astype(np.dtype(typecode)).tobytes())
+        view = np.frombuffer(old, dtype=np.dtype(old.typecode))
+        dtype = np.dtype(typecode)
+        for start in range(0, len(view), _RETYPE_CHUNK):   # no whole-length temporary beside the two
+            wider.frombytes(view[start:start + _RETYPE_CHUNK].astype(dtype).view(np.uint8))
+        del view
         self.values = wider
 
     def pop(self, key: int) -> int:
