@@ -137,6 +137,7 @@ def test_indexer_reuses_and_widens_holder_set_ids_under_churn(monkeypatch, large
 
     if largest is not None:
         monkeypatch.setattr(kv_indexer, "_LARGEST_ID", largest)
+    monkeypatch.setattr(kv_indexer, "_COUNT_CHUNK", 64)   # a reclaim counts the map in several chunks
     rng = random.Random(3)
     indexer = KvIndexer(150)
     held: dict[int, set[int]] = {}            # reference: key -> workers

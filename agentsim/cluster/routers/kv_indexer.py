@@ -42,6 +42,8 @@ from agentsim.cache.key_map import DenseKeyMap
 _EMPTY = 0
 #: The map's next width when ids run out: one byte, two, four.
 _WIDER = {"B": "H", "H": "I"}
+#: Ids counted at a time by a reclaim (``numpy.bincount`` copies its input to 8-byte ints).
+_COUNT_CHUNK = 1 << 20
 #: The step cache is cleared when it holds this many steps (it would grow with every set seen).
 _STEPS_KEPT = 1 << 16
 #: The largest id a map of each width holds.
@@ -129,8 +131,11 @@ class KvIndexer:
         values = ids.values
         masks, id_of = self._masks, self._id_of
         view = np.frombuffer(values, dtype=np.dtype(values.typecode))
-        used = np.bincount(view, minlength=len(masks)).tolist() if len(view) else [0] * len(masks)
+        counts = np.zeros(len(masks), dtype=np.int64)
+        for start in range(0, len(view), _COUNT_CHUNK):   # bincount makes an 8-byte copy of its input
+            counts += np.bincount(view[start:start + _COUNT_CHUNK], minlength=len(masks))
         del view                                # the array cannot resize while exported
+        used = counts.tolist()
         for held in ids.far.values():
             used[held] += 1
         free = [i for i in range(len(masks) - 1, 0, -1) if not used[i]]
