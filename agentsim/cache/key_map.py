@@ -8,7 +8,8 @@ for every value above 256); an ``array`` of 4-byte (or 8-byte) unsigned values i
 costs about three times an ``array``'s from Python, and these maps are read and written one key
 at a time on the eviction path), hence this small class.
 
-Contract: values are ints in ``1 .. 2**32 - 1`` (``typecode="Q"``: ``2**64 - 1``); 0 means
+Contract: values are positive ints that fit the typecode (``"I"``, the default: up to
+``2**32 - 1``; a map of narrower values may :meth:`~DenseKeyMap.retype` to a wider one); 0 means
 absent (:meth:`get` returns it for a key never set). Keys inside the dense span, or close above
 it (the span grows by a quarter, so appends of new keys are amortised O(1)), live in the array;
 any other key (a trace's hash ids, negative keys, keys below a span that moved up) lives in a
