@@ -102,20 +102,16 @@ class KvIndexer:
         new = self._id_of.get(mask)
         if new is None:
             masks = self._masks
+            if not self._free and len(masks) >= self._reclaim_at:
+                self._reclaim()                # may widen the map
             if self._free:
                 new = self._free.pop()
                 masks[new] = mask
             else:
-                if len(masks) >= self._reclaim_at:
-                    self._reclaim()            # may widen the map
-                if self._free:
-                    new = self._free.pop()
-                    masks[new] = mask
-                else:
-                    new = len(masks)
-                    if new > _LARGEST_ID["I"]:
-                        raise OverflowError(f"the KV indexer holds more than {new - 1:,} sets of holders")
-                    masks.append(mask)
+                new = len(masks)
+                if new > _LARGEST_ID["I"]:
+                    raise OverflowError(f"the KV indexer holds more than {new - 1:,} sets of holders")
+                masks.append(mask)
             self._id_of[mask] = new
         steps = self._steps
         if len(steps) >= _STEPS_KEPT:
